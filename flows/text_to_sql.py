@@ -1,0 +1,96 @@
+"""Text-to-SQL evaluation: run each row's generated SQL against a bundled shop database
+and compare the result set with the gold query's.
+
+Runs offline: the "model output" is the SQL in the dataset's ``query`` column, as if a
+model had written it. Rows that are not SQL (``language != "sql"``) return None from
+the task, which skips their evaluators (the reference's conditional task).
+
+    python flows/text_to_sql.py                # run on the bundled data, print the summary
+    patronus-tasks run flows/text_to_sql.py    # the same through the command line
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+
+HERE = Path(__file__).resolve().parent
+DATASET = HERE.parent / "datasets" / "text_to_sql.jsonl"
+SCHEMA = HERE.parent / "datasets" / "text_to_sql" / "shop.sql"
+
+
+@cache
+def _script() -> str:
+    return SCHEMA.read_text(encoding="utf-8")
+
+
+def execute_sql(query: str) -> dict[str, Any]:
+    """Run ``query`` on a fresh in-memory copy of the shop database."""
+    with sqlite3.connect(":memory:") as db:
+        db.executescript(_script())
+        cursor = db.execute(query)
+        columns = [c[0] for c in cursor.description or []]
+        return {"columns": columns, "rows": [list(r) for r in cursor.fetchall()]}
+
+
+def _normalised(rows: list[list[Any]], ordered: bool) -> list[tuple[Any, ...]]:
+    cells = [tuple(round(v, 2) if isinstance(v, float) else v for v in r) for r in rows]
+    return cells if ordered else sorted(cells, key=repr)
+
+
+@task
+def perform_sql_query(row: Row) -> TaskResult | None:
+    """Execute the row's SQL; rows that are not SQL are skipped."""
+    if row.language != "sql":
+        return None
+    result = execute_sql(row.query)
+    return TaskResult(
+        evaluated_model_output=json.dumps(result),
+        metadata={"row_count": len(result["rows"]), "sql": row.query},
+        tags={"language": "sql"},
+    )
+
+
+@evaluator(criteria="same result set as the gold query (order matters only with ORDER BY)")
+def result_matches_gold(task_result: TaskResult, evaluated_model_gold_answer: str) -> EvaluationResult:
+    got = json.loads(task_result.evaluated_model_output or "{}")["rows"]
+    ordered = "order by" in evaluated_model_gold_answer.lower()
+    want = execute_sql(evaluated_model_gold_answer)["rows"]
+    same = _normalised(got, ordered) == _normalised(want, ordered)
+    return EvaluationResult(
+        pass_=same, score_raw=float(same),
+        explanation=None if same else f"expected {len(want)} rows {want[:3]}..., got {got[:3]}...",
+    )
+
+
+@evaluator(criteria="Jaccard overlap of result rows with the gold query's rows")
+def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> float:
+    got = set(_normalised(json.loads(task_result.evaluated_model_output or "{}")["rows"], False))
+    want = set(_normalised(execute_sql(evaluated_model_gold_answer)["rows"], False))
+    union = got | want
+    return len(got & want) / len(union) if union else 1.0
+
+
+@flow(name="text-to-sql-eval")
+def text_to_sql_eval(dataset: str = str(DATASET), project: str = "text-to-sql",
+                     experiment_name: str | None = None, max_concurrency: int = 8,
+                     results_dir: str | None = None) -> dict[str, Any]:
+    """Evaluate the dataset's SQL against the gold answers; return the run's manifest."""
+    experiment = run_experiment(
+        project, data=dataset, task=perform_sql_query,
+        evaluators=[result_matches_gold, row_overlap], tags={"suite": "text-to-sql"},
+        experiment_name=experiment_name, max_concurrency=max_concurrency,
+        results_dir=results_dir,
+    )
+    return experiment.manifest
+
+
+if __name__ == "__main__":
+    text_to_sql_eval()

@@ -1,0 +1,58 @@
+"""patronus-tasks: LLM experiments on Prefect.
+
+Write a ``@task`` (the model call under test) and ``@evaluator``s (how to judge it),
+point them at a dataset, and run it: each experiment is a Prefect flow run, each call
+a task run, and the results a Parquet file you can query.
+"""
+
+from ._settings import apply_server_defaults
+
+# Before Prefect starts any server in this process, so it keeps up with many task runs.
+apply_server_defaults()
+
+from ._chain import Link, Parent  # noqa: E402
+from ._client import Client  # noqa: E402
+from ._dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
+from ._exceptions import (  # noqa: E402
+    ConfigError,
+    DatasetError,
+    ExperimentError,
+    InvalidResultError,
+    PatronusTasksError,
+)
+from ._experiment import Experiment, arun_experiment, run_experiment  # noqa: E402
+from ._records import ErrorInfo  # noqa: E402
+from ._results import EvaluationResult, TaskResult  # noqa: E402
+from ._row import Row  # noqa: E402
+from ._steps import Evaluator, Task, evaluator, task  # noqa: E402
+from ._summary import EvaluatorStats, Summary  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "ConfigError",
+    "Dataset",
+    "DatasetError",
+    "ErrorInfo",
+    "EvaluationResult",
+    "Evaluator",
+    "EvaluatorStats",
+    "Experiment",
+    "ExperimentError",
+    "InvalidResultError",
+    "Link",
+    "Parent",
+    "PatronusTasksError",
+    "Row",
+    "Summary",
+    "Task",
+    "TaskResult",
+    "__version__",
+    "arun_experiment",
+    "evaluator",
+    "load_dataset",
+    "read_csv",
+    "read_jsonl",
+    "run_experiment",
+]

@@ -1,0 +1,37 @@
+"""The exceptions patronus-tasks raises.
+
+The tree, small on purpose::
+
+    PatronusTasksError              anything this package raises
+    ├── ConfigError                 a user mistake, found before any model call
+    │   └── DatasetError            a dataset that cannot be read or used as given
+    ├── InvalidResultError          a task or evaluator returned something unusable
+    │                               (recorded on the row, never raised to the caller)
+    └── ExperimentError             the experiment ran but cannot be finished or reported
+
+A `ConfigError` always says what was wrong, where (file, row, field or parameter) and
+how to fix it. Runtime failures of user code are never raised out of an experiment:
+they are recorded on their row (see `ErrorInfo`).
+"""
+
+from __future__ import annotations
+
+
+class PatronusTasksError(Exception):
+    """Base class of every error raised by patronus-tasks."""
+
+
+class ConfigError(PatronusTasksError, ValueError):
+    """A mistake in how an experiment, task, evaluator or dataset was set up."""
+
+
+class DatasetError(ConfigError):
+    """A dataset that cannot be read, or whose rows cannot be used as given."""
+
+
+class InvalidResultError(PatronusTasksError, TypeError):
+    """A task or evaluator returned a value of a type it may not return."""
+
+
+class ExperimentError(PatronusTasksError, RuntimeError):
+    """An experiment could not be run to the end or its results not be written."""

@@ -1,0 +1,108 @@
+"""Prefect orchestration: an experiment as a flow run, each step call as a task run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from prefect import flow
+from prefect import tags as prefect_tags
+from prefect import task as prefect_task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+from prefect.utilities.annotations import quote
+
+from ._records import ErrorInfo
+from ._runner import Invocation
+from ._steps import Step
+
+T = TypeVar("T")
+FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+
+
+async def _run_invocation(run_name: str, invocation: Invocation) -> None:
+    # The result stays on the invocation: nothing to serialise through Prefect.
+    await invocation.attempt()
+
+
+class PrefectStepRunner:
+    """Runs each invocation as its own Prefect task run, with Prefect's retries and timeout.
+
+    The task run is named ``<step>-<sid>`` and waits for the run it depends on, so the
+    flow-run graph shows each row's task feeding its evaluators.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[int, Any] = {}
+
+    def _task_for(self, step: Step) -> Any:
+        found = self._tasks.get(id(step))
+        if found is None:
+            found = prefect_task(
+                _run_invocation, name=step.name, task_run_name="{run_name}",
+                retries=step.retries, retry_delay_seconds=step.retry_delay_seconds,
+                timeout_seconds=step.timeout_seconds, cache_policy=NO_CACHE,
+                persist_result=False,
+            )
+            found.task_key = f"{step.kind}-{step.name}"
+            self._tasks[id(step)] = found
+        return found
+
+    async def run(self, inv: Invocation, upstream: Any) -> None:
+        wait_for = [upstream] if upstream is not None else None
+        state = await self._task_for(inv.step)(
+            inv.run_name, quote(inv), wait_for=wait_for, return_state=True
+        )
+        inv.handle = state
+        if state.is_failed() and inv.error is None:
+            # Failed outside user code, e.g. Prefect's timeout cancelled the call.
+            if "timed out" in (state.message or ""):
+                inv.record_timeout(inv.step.timeout_seconds)
+            else:
+                inv.error = ErrorInfo(state.type.value, state.message or "task run failed")
+
+
+def current_flow_run_id() -> str | None:
+    """The id of the flow run this code runs in, if any."""
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx and ctx.flow_run else None
+
+
+async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_name: str,
+                      tags: list[str]) -> T:
+    """Run ``body`` as one Prefect flow run (a subflow when called inside a flow)."""
+    experiment_flow = flow(
+        body, name=flow_name, flow_run_name=run_name, persist_result=False,
+        validate_parameters=False,
+    )
+    with prefect_tags(*tags):
+        return await experiment_flow()  # type: ignore[no-any-return]
+
+
+async def count_task_runs(flow_run_id: str) -> int:
+    """How many task runs of this flow run the server has recorded in a final state."""
+    body = {
+        "flow_runs": {"id": {"any_": [flow_run_id]}},
+        "task_runs": {"state": {"type": {"any_": FINAL_STATES}}},
+    }
+    async with get_client() as client:
+        response = await client._client.post("/task_runs/count", json=body)
+        response.raise_for_status()
+        return int(response.json())
+
+
+async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0) -> int:
+    """Wait until the server has recorded ``expected`` task runs, or ``timeout`` passes.
+
+    The server records task runs from events a few seconds after they happen; returning
+    (and so perhaps stopping the built-in server) before that would lose them.
+    """
+    deadline = time.monotonic() + timeout
+    seen = await count_task_runs(flow_run_id)
+    while seen < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        seen = await count_task_runs(flow_run_id)
+    return seen

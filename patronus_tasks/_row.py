@@ -1,0 +1,59 @@
+"""`Row`: one dataset sample as a `pandas.Series` with helpers for the well-known fields."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def clean(value: Any) -> Any:
+    """Missing values (NaN, NA, NaT) as None, so user code tests ``is None`` only."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+class Row(pd.Series):
+    """A dataset row. Any column is readable as ``row[name]`` or ``row.name``.
+
+    The ``evaluated_model_*`` properties return None when the column is absent or empty.
+    ``sid`` is the sample id: the dataset's ``sid`` column, or the 1-based row position.
+    """
+
+    @property
+    def _constructor(self) -> type[pd.Series]:
+        return pd.Series
+
+    def _field(self, name: str) -> Any:
+        return clean(self.get(name))
+
+    @property
+    def sid(self) -> str:
+        """The stable sample id of this row."""
+        return str(self["sid"])
+
+    @property
+    def evaluated_model_system_prompt(self) -> Any:
+        return self._field("evaluated_model_system_prompt")
+
+    @property
+    def evaluated_model_retrieved_context(self) -> Any:
+        return self._field("evaluated_model_retrieved_context")
+
+    @property
+    def evaluated_model_input(self) -> Any:
+        return self._field("evaluated_model_input")
+
+    @property
+    def evaluated_model_output(self) -> Any:
+        return self._field("evaluated_model_output")
+
+    @property
+    def evaluated_model_gold_answer(self) -> Any:
+        return self._field("evaluated_model_gold_answer")
