@@ -30,6 +30,11 @@ class Row(pd.Series):
     def _constructor(self) -> type[pd.Series]:
         return pd.Series
 
+    def __getattr__(self, name: str) -> Any:
+        # Columns read as attributes give None for missing values, like the properties.
+        value = super().__getattr__(name)
+        return value if name.startswith("_") else clean(value)
+
     def _field(self, name: str) -> Any:
         return clean(self.get(name))
 

@@ -1,0 +1,265 @@
+"""Experiments end to end with the local orchestrator (the same row logic Prefect runs)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from patronus_tasks import (
+    Client, ConfigError, EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment,
+    task,
+)
+
+DATA = [
+    {"evaluated_model_input": "a", "evaluated_model_output": "A!", "topic": "x"},
+    {"evaluated_model_input": "bb", "evaluated_model_output": "BB!", "topic": "y"},
+    {"evaluated_model_input": "ccc", "evaluated_model_output": "ccc", "topic": "x"},
+]
+
+
+def run(results_dir: Path, **kwargs: Any) -> pd.DataFrame:
+    kwargs.setdefault("data", DATA)
+    exp = run_experiment("proj", orchestrator="local", results_dir=results_dir,
+                         print_summary=False, **kwargs)
+    return exp.to_dataframe().sort_values(["sid", "link_index", "evaluator_name"],
+                                          na_position="first").reset_index(drop=True)
+
+
+@evaluator
+def shouts(evaluated_model_output: str) -> bool:
+    return evaluated_model_output.endswith("!")
+
+
+def test_taskless_experiment_evaluates_the_dataset_outputs(results_dir: Path) -> None:
+    seen: list[Any] = []
+
+    @evaluator
+    def my_evaluator(row: Row, task_result: TaskResult) -> bool:
+        seen.append(task_result)
+        output = row.evaluated_model_output if task_result is None else task_result.evaluated_model_output
+        return output.endswith("!")
+
+    df = run(results_dir, evaluators=[my_evaluator, shouts])
+    assert seen == [None, None, None]
+    assert df["pass"].tolist() == [True, True, True, True, False, False]
+    assert df["task_name"].isna().all() and (df["status"] == "ok").all()
+    assert df["topic"].tolist() == ["x", "x", "y", "y", "x", "x"]  # dataset columns kept
+
+
+def test_task_output_reaches_evaluators_and_is_recorded(results_dir: Path) -> None:
+    @task
+    def exclaim(evaluated_model_input: str, tags: dict[str, str]) -> TaskResult:
+        return TaskResult(evaluated_model_output=evaluated_model_input.upper() + tags["mark"],
+                          metadata={"len": len(evaluated_model_input)}, tags={"t": "1"},
+                          evaluated_model_name="m1")
+
+    df = run(results_dir, task=exclaim, evaluators=[shouts], tags={"mark": "?"})
+    assert df["task_output"].tolist() == ["A?", "BB?", "CCC?"]
+    assert df["pass"].tolist() == [False] * 3
+    assert json.loads(df["task_metadata"][1]) == {"evaluated_model_name": "m1", "len": 2}
+    assert json.loads(df["task_tags"][0]) == {"t": "1"}
+    assert (df["task_duration_s"] >= 0).all() and (df["attempts"] == 1).all()
+
+
+def test_chain_passes_parent_and_none_stops_the_row(results_dir: Path) -> None:
+    parents: dict[str, Parent] = {}
+
+    @task
+    def first(row: Row) -> str | None:
+        return None if row.evaluated_model_input == "bb" else row.evaluated_model_input * 2
+
+    @evaluator(name="long")
+    def long_enough(task_result: TaskResult) -> EvaluationResult:
+        return EvaluationResult(pass_=len(task_result.evaluated_model_output) > 2, score_raw=0.5)
+
+    @task
+    def second(row: Row, parent: Parent) -> str:
+        parents[row.sid] = parent
+        verdict = parent.find_eval_result("long")
+        return f"{parent.task.evaluated_model_output}:{verdict.pass_}"
+
+    @task
+    def third(parent: Parent) -> str:
+        assert parent.parent is not None and parent.parent.task is not None
+        return parent.parent.task.evaluated_model_output + "|" + parent.task.evaluated_model_output
+
+    @evaluator
+    def echo(task_result: TaskResult) -> str:
+        return task_result.evaluated_model_output
+
+    df = run(results_dir, chain=[
+        {"task": first, "evaluators": [long_enough]},
+        {"task": second, "evaluators": [echo]},
+        {"task": third},
+    ])
+    by = {(r.sid, r.link_index): r for r in df.itertuples()}
+    assert by[("1", 1)].text_output == "aa:False" and by[("3", 1)].text_output == "cccccc:True"
+    assert by[("1", 2)].task_output == "aa|aa:False" and by[("1", 2)].status == "ok"
+    assert by[("2", 0)].status == "skipped" and pd.isna(by[("2", 0)].evaluator_name)
+    assert not any(sid == "2" and link > 0 for sid, link in by)  # chain stopped
+    assert "2" not in parents
+    assert parents["1"].evals["long"] == EvaluationResult(pass_=False, score_raw=0.5)
+    assert parents["1"].find_eval_result(long_enough) == parents["1"].evals["long"]
+
+
+def test_chain_without_a_top_level_task(results_dir: Path) -> None:
+    @evaluator
+    def has_output(evaluated_model_output: str) -> bool:
+        return bool(evaluated_model_output)
+
+    @task
+    def summarise(parent: Parent, evaluated_model_output: str) -> str:
+        return f"{evaluated_model_output}={parent.evals['has_output'].pass_}"
+
+    df = run(results_dir, chain=[{"evaluators": [has_output]}, {"task": summarise}])
+    assert df[df.link_index == 1]["task_output"].tolist() == ["A!=True", "BB!=True", "ccc=True"]
+
+
+def test_failures_are_data_and_other_rows_finish(results_dir: Path) -> None:
+    @task
+    def flaky(evaluated_model_input: str) -> Any:
+        if evaluated_model_input == "a":
+            raise KeyError("no such model")
+        if evaluated_model_input == "bb":
+            return 123  # not a valid return type
+        return evaluated_model_input
+
+    @evaluator
+    def broken(evaluated_model_output: str) -> bool:
+        raise ZeroDivisionError("judge divided by zero")
+
+    @evaluator
+    def weird(evaluated_model_output: str) -> Any:
+        return {"not": "allowed"}
+
+    df = run(results_dir, task=flaky, evaluators=[broken, shouts, weird])
+    task_err = df[df.error_stage == "task"].set_index("sid")
+    assert task_err.loc["1", "error_type"] == "KeyError"
+    assert "no such model" in task_err.loc["1", "error_message"]
+    assert "Traceback" in task_err.loc["1", "error_traceback"]
+    assert task_err.loc["2", "error_type"] == "InvalidResultError"
+    assert "not int" in task_err.loc["2", "error_message"]
+    ok = df[df.sid == "3"].set_index("evaluator_name")
+    assert ok.loc["broken", "error_type"] == "ZeroDivisionError"
+    assert ok.loc["shouts", "pass"] == False  # noqa: E712
+    assert ok.loc["weird", "error_type"] == "InvalidResultError"
+    assert "not dict" in ok.loc["weird", "error_message"]
+
+
+def test_retries_and_timeouts_locally(results_dir: Path) -> None:
+    calls: dict[str, int] = {}
+
+    @task(retries=2, retry_delay_seconds=0)
+    def flaky(row: Row) -> str:
+        calls[row.sid] = calls.get(row.sid, 0) + 1
+        if calls[row.sid] < 3:
+            raise ConnectionError("try again")
+        return "ok"
+
+    @evaluator(timeout_seconds=0.2)
+    async def slow(row: Row) -> bool:
+        import asyncio
+
+        await asyncio.sleep(5 if row.sid == "2" else 0)
+        return True
+
+    df = run(results_dir, task=flaky, evaluators=[slow])
+    assert calls == {"1": 3, "2": 3, "3": 3}
+    assert df["task_output"].tolist() == ["ok"] * 3
+    assert df.set_index("sid").loc["2", "error_type"] == "TimeoutError"
+    assert df.set_index("sid").loc["1", "pass"] == True  # noqa: E712
+
+
+def test_max_concurrency_bounds_calls_in_flight(results_dir: Path) -> None:
+    lock, active, peak = threading.Lock(), [0], [0]
+
+    @task
+    def sleepy(row: Row) -> str:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return "x"
+
+    data = [{"evaluated_model_input": str(i)} for i in range(24)]
+    run(results_dir, data=data, task=sleepy, max_concurrency=4)
+    assert 2 <= peak[0] <= 4
+
+
+def test_exports_and_summary(results_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    @evaluator
+    def score_only(evaluated_model_output: str) -> float:
+        return len(evaluated_model_output) / 4
+
+    exp = Client(results_dir=results_dir, orchestrator="local").experiment(
+        "proj", data=DATA, evaluators=[shouts, score_only], experiment_name="sum")
+    out = capsys.readouterr().out
+    assert "shouts [link 0]" in out and "score_only [link 0]" in out
+    assert out.index("shouts [link 0]") < out.index("score_only [link 0]")
+    assert "Pass rate : 66.7%  (2/3)" in out
+    assert str(exp.results_path) in out
+    csv = pd.read_csv(io.StringIO(exp.to_csv()))
+    assert len(csv) == 6 and "score" in csv.columns
+    lines = exp.to_json().strip().splitlines()
+    assert len(lines) == 6 and "pass" in json.loads(lines[0])
+    summary = exp.summary()
+    score_stats = summary.evaluators[1]
+    assert score_stats.pass_rate is None and score_stats.scores["max"] == 0.75
+    assert sum(c for _, _, c in score_stats.histogram) == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"evaluators": [shouts], "chain": [{"evaluators": [shouts]}]}, "not both"),
+        ({"chain": [{"task": None}]}, "neither a task nor evaluators"),
+        ({"chain": [{"evaluators": [shouts, shouts]}]}, "more than once"),
+        ({"evaluators": [lambda row: True]}, "is not an evaluator"),
+        ({"evaluators": [shouts], "max_concurrency": 0}, "max_concurrency"),
+        ({"evaluators": [shouts], "tags": {"a": 1}}, "tags must map str to str"),
+    ],
+)
+def test_setup_mistakes_are_config_errors(results_dir: Path, kwargs: dict[str, Any],
+                                          message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run(results_dir, **kwargs)
+
+
+def test_missing_column_fails_before_any_call_and_empty_field_fails_its_row(
+        results_dir: Path) -> None:
+    called: list[str] = []
+
+    @task
+    def needs_prompt(evaluated_model_system_prompt: str, row: Row) -> str:
+        called.append(row.sid)
+        return "x"
+
+    with pytest.raises(ConfigError) as err:
+        run(results_dir, task=needs_prompt)
+    assert "needs column 'evaluated_model_system_prompt'" in str(err.value)
+    assert called == []
+    data = [{"evaluated_model_system_prompt": "s"}, {"evaluated_model_system_prompt": None}]
+    df = run(results_dir, data=data, task=needs_prompt)
+    assert called == ["1"]
+    row2 = df.set_index("sid").loc["2"]
+    assert row2["error_type"] == "DatasetError"
+    assert "row sid=2: field 'evaluated_model_system_prompt' is empty" in row2["error_message"]
+
+
+def test_same_name_twice_keeps_both_runs(results_dir: Path) -> None:
+    a = run_experiment("p", data=DATA, evaluators=[shouts], experiment_name="../../escape",
+                       orchestrator="local", results_dir=results_dir, print_summary=False)
+    b = run_experiment("p", data=DATA, evaluators=[shouts], experiment_name="../../escape",
+                       orchestrator="local", results_dir=results_dir, print_summary=False)
+    assert a.path != b.path and a.results_path.exists() and b.results_path.exists()
+    assert results_dir.resolve() in a.path.parents and b.path.name == a.path.name + "-2"
+    assert a.name == "../../escape"
