@@ -57,12 +57,11 @@ class PrefectStepRunner:
             inv.run_name, quote(inv), wait_for=wait_for, return_state=True
         )
         inv.handle = state
-        if state.is_failed() and inv.error is None:
-            # Failed outside user code, e.g. Prefect's timeout cancelled the call.
-            if "timed out" in (state.message or ""):
-                inv.record_timeout(inv.step.timeout_seconds)
-            else:
-                inv.error = ErrorInfo(state.type.value, state.message or "task run failed")
+        if state.name == "TimedOut":
+            # Prefect cancelled the call; what user code saw is a cancellation, not the cause.
+            inv.record_timeout(inv.step.timeout_seconds)
+        elif state.is_failed() and inv.error is None:
+            inv.error = ErrorInfo(state.type.value, state.message or "task run failed")
 
 
 def current_flow_run_id() -> str | None:

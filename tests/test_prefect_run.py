@@ -75,3 +75,63 @@ def test_experiment_is_one_flow_run_with_a_task_run_per_call(prefect_server: str
     assert rows[("1", "length")]["score"] == 0.5
     assert rows[("1", "length")]["criteria"] == "len/10"
     assert table.num_rows == 8
+
+
+def test_prefect_retries_are_used_and_counted(prefect_server: str, results_dir: Path) -> None:
+    calls: dict[str, int] = {}
+
+    @task(retries=2, retry_delay_seconds=0)
+    def flaky(row: Row) -> str:
+        calls[row.sid] = calls.get(row.sid, 0) + 1
+        if row.sid == "1" and calls[row.sid] < 3:
+            raise ConnectionError("flaky model")
+        if row.sid == "2":
+            raise ConnectionError("always down")
+        return "fine"
+
+    exp = run_experiment("Retries", data=[{"x": 1}, {"x": 2}], task=flaky,
+                         results_dir=results_dir, print_summary=False)
+    df = exp.to_dataframe().set_index("sid")
+    assert calls == {"1": 3, "2": 3}
+    assert df.loc["1", "status"] == "ok" and df.loc["1", "attempts"] == 3
+    assert df.loc["2", "error_type"] == "ConnectionError" and df.loc["2", "attempts"] == 3
+    runs = {r.name: r for r in asyncio.run(_task_runs(exp.manifest["flow_run_id"]))}
+    assert runs["flaky-1"].run_count == 3 and runs["flaky-1"].state.type.value == "COMPLETED"
+    assert runs["flaky-2"].state.type.value == "FAILED"
+
+
+def test_prefect_timeout_is_a_row_error(prefect_server: str, results_dir: Path) -> None:
+    @task(timeout_seconds=0.5)
+    async def hangs(row: Row) -> str:
+        await asyncio.sleep(30 if row.sid == "1" else 0)
+        return "done"
+
+    exp = run_experiment("Timeouts", data=[{"x": 1}, {"x": 2}], task=hangs,
+                         results_dir=results_dir, print_summary=False)
+    df = exp.to_dataframe().set_index("sid")
+    assert df.loc["1", "error_type"] == "TimeoutError"
+    assert df.loc["2", "task_output"] == "done"
+
+
+def test_experiment_inside_a_user_flow_is_a_subflow(prefect_server: str, results_dir: Path) -> None:
+    from prefect import flow
+    from prefect.context import FlowRunContext
+
+    @flow
+    def nightly() -> tuple[str, str]:
+        ctx = FlowRunContext.get()
+        assert ctx is not None
+        exp = run_experiment("Nested", data=DATA[:2], task=shout, evaluators=[is_upper],
+                             results_dir=results_dir, print_summary=False)
+        return str(ctx.flow_run.id), exp.manifest["flow_run_id"]
+
+    parent_id, child_id = nightly()
+
+    async def read(flow_run_id: str) -> Any:
+        async with get_client() as client:
+            return await client.read_flow_run(flow_run_id)
+
+    child = asyncio.run(read(child_id))
+    assert child_id != parent_id and child.parent_task_run_id is not None
+    assert child.name.startswith("exp-") and child.state.type.value == "COMPLETED"
+    assert len(asyncio.run(_task_runs(child_id))) == 4
