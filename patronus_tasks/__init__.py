@@ -55,4 +55,5 @@ __all__ = [
     "read_csv",
     "read_jsonl",
     "run_experiment",
+    "task",
 ]

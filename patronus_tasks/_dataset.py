@@ -183,7 +183,7 @@ def load_dataset(data: DataInput) -> Dataset:
     if isinstance(data, (str, Path)):
         return _load_file(data, None, None, {})
     if isinstance(data, Sequence) and all(isinstance(r, Mapping) for r in data):
-        return Dataset(pd.DataFrame.from_records([dict(r) for r in data]))
+        return Dataset(pd.DataFrame.from_records([dict(r) for r in data]))  # type: ignore[arg-type]
     raise DatasetError(
         f"data must be a list of dicts, a DataFrame, a Dataset or a file path, "
         f"not {type(data).__name__}."

@@ -42,11 +42,11 @@ class PrefectStepRunner:
         found = self._tasks.get(id(step))
         if found is None:
             found = prefect_task(
-                _run_invocation, name=step.name, task_run_name="{run_name}",
+                name=step.name, task_run_name="{run_name}",
                 retries=step.retries, retry_delay_seconds=step.retry_delay_seconds,
                 timeout_seconds=step.timeout_seconds, cache_policy=NO_CACHE,
                 persist_result=False,
-            )
+            )(_run_invocation)
             found.task_key = f"{step.kind}-{step.name}"
             self._tasks[id(step)] = found
         return found
@@ -74,11 +74,11 @@ async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_n
                       tags: list[str]) -> T:
     """Run ``body`` as one Prefect flow run (a subflow when called inside a flow)."""
     experiment_flow = flow(
-        body, name=flow_name, flow_run_name=run_name, persist_result=False,
+        name=flow_name, flow_run_name=lambda: run_name, persist_result=False,
         validate_parameters=False,
-    )
+    )(body)
     with prefect_tags(*tags):
-        return await experiment_flow()  # type: ignore[no-any-return]
+        return await experiment_flow()
 
 
 async def count_task_runs(flow_run_id: str) -> int:

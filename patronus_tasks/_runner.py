@@ -37,8 +37,17 @@ from ._steps import Evaluator, Step, Task
 class Invocation:
     """One call of a step (task or evaluator) for one row, and what came of it."""
 
-    __slots__ = ("step", "kwargs", "run_name", "pool", "value", "error", "attempts",
-                 "duration", "handle")
+    __slots__ = (
+        "attempts",
+        "duration",
+        "error",
+        "handle",
+        "kwargs",
+        "pool",
+        "run_name",
+        "step",
+        "value",
+    )
 
     def __init__(self, step: Step, kwargs: dict[str, Any], run_name: str,
                  pool: Executor | None) -> None:
@@ -66,7 +75,7 @@ class Invocation:
     def _call(self) -> Awaitable[Any]:
         fn = self.step.fn
         if self.step.is_async:
-            return fn(**self.kwargs)  # type: ignore[no-any-return]
+            return fn(**self.kwargs)  # type: ignore[no-any-return,unused-ignore]
         # Sync user code runs in a thread so one slow call never blocks the others;
         # the copied context keeps Prefect's run context (and its logger) visible.
         call = functools.partial(contextvars.copy_context().run, fn, **self.kwargs)

@@ -43,7 +43,7 @@ class Step:
     @property
     def fn(self) -> Callable[..., Any]:
         """The callable that does the work."""
-        return getattr(self, self.method)  # type: ignore[no-any-return]
+        return getattr(self, self.method)  # type: ignore[no-any-return,unused-ignore]
 
     @property
     def signature(self) -> Signature:
@@ -145,7 +145,7 @@ class _FunctionStep:
 
 
 def _rebuild(cls: type, state: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
+    obj: Any = object.__new__(cls)
     obj.__dict__.update(state)
     return obj
 

@@ -62,7 +62,7 @@ class Summary:
 def _histogram(scores: np.ndarray) -> list[tuple[float, float, int]]:
     lo, hi = (0.0, 1.0) if scores.min() >= 0 and scores.max() <= 1 else (scores.min(), scores.max())
     if hi == lo:
-        return [(float(lo), float(hi), int(len(scores)))]
+        return [(float(lo), float(hi), len(scores))]
     counts, edges = np.histogram(scores, bins=_HIST_BINS, range=(lo, hi))
     return [(float(edges[i]), float(edges[i + 1]), int(c)) for i, c in enumerate(counts)]
 

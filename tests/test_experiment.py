@@ -13,7 +13,14 @@ import pandas as pd
 import pytest
 
 from patronus_tasks import (
-    Client, ConfigError, EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment,
+    Client,
+    ConfigError,
+    EvaluationResult,
+    Parent,
+    Row,
+    TaskResult,
+    evaluator,
+    run_experiment,
     task,
 )
 

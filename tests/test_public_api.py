@@ -16,13 +16,17 @@ def test_public_surface_is_the_documented_one() -> None:
         "Evaluator", "EvaluatorStats", "Experiment", "ExperimentError", "InvalidResultError",
         "Link", "Parent", "PatronusTasksError", "Row", "Summary", "Task", "TaskResult",
         "__version__", "arun_experiment", "evaluator", "load_dataset", "read_csv",
-        "read_jsonl", "run_experiment",
+        "read_jsonl", "run_experiment", "task",
     }
 
 
 def test_exception_tree() -> None:
     from patronus_tasks import (
-        ConfigError, DatasetError, ExperimentError, InvalidResultError, PatronusTasksError,
+        ConfigError,
+        DatasetError,
+        ExperimentError,
+        InvalidResultError,
+        PatronusTasksError,
     )
 
     assert issubclass(DatasetError, ConfigError)

@@ -8,7 +8,13 @@ import json
 import pytest
 
 from patronus_tasks import (
-    ConfigError, EvaluationResult, Evaluator, InvalidResultError, Task, TaskResult, evaluator,
+    ConfigError,
+    EvaluationResult,
+    Evaluator,
+    InvalidResultError,
+    Task,
+    TaskResult,
+    evaluator,
     task,
 )
 from patronus_tasks._results import to_evaluation_result, to_task_result
