@@ -19,9 +19,14 @@ from ._exceptions import (  # noqa: E402
     ExperimentError,
     InvalidResultError,
     PatronusTasksError,
+    RemoteAPIError,
+    UnparseableResponseError,
 )
 from ._experiment import Experiment, arun_experiment, run_experiment  # noqa: E402
+from ._http import Endpoint  # noqa: E402
+from ._openai import ChatTask, LLMJudge, chat_completion, openai_endpoint  # noqa: E402
 from ._records import ErrorInfo  # noqa: E402
+from ._remote import RemoteEvaluator, patronus_endpoint  # noqa: E402
 from ._results import EvaluationResult, TaskResult  # noqa: E402
 from ._row import Row  # noqa: E402
 from ._steps import Evaluator, Task, evaluator, task  # noqa: E402
@@ -30,10 +35,12 @@ from ._summary import EvaluatorStats, Summary  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChatTask",
     "Client",
     "ConfigError",
     "Dataset",
     "DatasetError",
+    "Endpoint",
     "ErrorInfo",
     "EvaluationResult",
     "Evaluator",
@@ -41,17 +48,24 @@ __all__ = [
     "Experiment",
     "ExperimentError",
     "InvalidResultError",
+    "LLMJudge",
     "Link",
     "Parent",
     "PatronusTasksError",
+    "RemoteAPIError",
+    "RemoteEvaluator",
     "Row",
     "Summary",
     "Task",
     "TaskResult",
+    "UnparseableResponseError",
     "__version__",
     "arun_experiment",
+    "chat_completion",
     "evaluator",
     "load_dataset",
+    "openai_endpoint",
+    "patronus_endpoint",
     "read_csv",
     "read_jsonl",
     "run_experiment",

@@ -8,6 +8,7 @@ from typing import Any
 
 from ._dataset import DataInput
 from ._experiment import Experiment, Orchestrator, arun_experiment, run_experiment
+from ._remote import RemoteEvaluator, patronus_endpoint
 from ._steps import Evaluator, Task
 
 
@@ -15,12 +16,40 @@ class Client:
     """Runs experiments; ``Client().experiment(...)`` is `run_experiment` with defaults.
 
     ``results_dir`` and ``orchestrator`` set here apply to every experiment of this client.
+    ``api_key`` and ``base_url`` (else ``PATRONUS_API_KEY``/``PATRONUS_API_URL``) are only
+    needed for remote evaluators.
     """
 
-    def __init__(self, *, results_dir: str | Path | None = None,
+    def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
+                 results_dir: str | Path | None = None,
                  orchestrator: Orchestrator = "prefect") -> None:
+        self._api_key, self.base_url = api_key, base_url
         self.results_dir = results_dir
         self.orchestrator: Orchestrator = orchestrator
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r}, results_dir={self.results_dir!r})"
+
+    def remote_evaluator(self, evaluator_id_or_alias: str,
+                         profile_name_or_criteria: str | None = None, *,
+                         profile_config: dict[str, Any] | None = None,
+                         criteria_config: dict[str, Any] | None = None,
+                         allow_update: bool = False, explain_strategy: str = "always",
+                         max_attempts: int = 3, max_in_flight: int = 16,
+                         timeout: float = 60.0, name: str | None = None,
+                         criteria: str | None = None) -> RemoteEvaluator:
+        """A Patronus evaluator scoring rows through the Patronus API.
+
+        Fails at once without an API key. The criteria is looked up (and created or
+        revised, see ``allow_update``) before the experiment's first row.
+        """
+        endpoint = patronus_endpoint(self._api_key, self.base_url, max_attempts=max_attempts,
+                                     max_in_flight=max_in_flight, timeout=timeout)
+        return RemoteEvaluator(
+            evaluator_id_or_alias, profile_name_or_criteria or criteria,
+            criteria_config=profile_config if profile_config is not None else criteria_config,
+            allow_update=allow_update, explain_strategy=explain_strategy, endpoint=endpoint,
+            name=name)
 
     def _defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.setdefault("results_dir", self.results_dir)

@@ -7,6 +7,8 @@ The tree, small on purpose::
     │   └── DatasetError            a dataset that cannot be read or used as given
     ├── InvalidResultError          a task or evaluator returned something unusable
     │                               (recorded on the row, never raised to the caller)
+    ├── RemoteAPIError              an HTTP API call failed after its retries
+    │   └── UnparseableResponseError   a model answered, but not in the asked-for form
     └── ExperimentError             the experiment ran but cannot be finished or reported
 
 A `ConfigError` always says what was wrong, where (file, row, field or parameter) and
@@ -31,6 +33,27 @@ class DatasetError(ConfigError):
 
 class InvalidResultError(PatronusTasksError, TypeError):
     """A task or evaluator returned a value of a type it may not return."""
+
+
+class RemoteAPIError(PatronusTasksError):
+    """An HTTP API call failed: a non-retryable status, or every attempt failed.
+
+    ``status`` is the last HTTP status (None for connection errors and timeouts) and
+    ``attempts`` how many requests were made. Messages never contain credentials.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+class UnparseableResponseError(RemoteAPIError):
+    """A model's answer could not be parsed into a verdict; ``raw`` keeps the text."""
+
+    def __init__(self, message: str, *, raw: str) -> None:
+        super().__init__(message, status=200)
+        self.raw = raw
 
 
 class ExperimentError(PatronusTasksError, RuntimeError):

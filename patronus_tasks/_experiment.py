@@ -51,6 +51,14 @@ class ExperimentSpec:
         return [f"project:{self.project_name}", f"experiment:{self.experiment_name}",
                 *(f"{k}:{v}" for k, v in self.tags.items())]
 
+    def steps(self) -> list[Task | Evaluator]:
+        """Every task and evaluator of the chain, each once."""
+        found: dict[int, Task | Evaluator] = {}
+        for link in self.links:
+            for step in ([link.task] if link.task else []) + list(link.evaluators):
+                found.setdefault(id(step), step)
+        return list(found.values())
+
     def chain_order(self) -> list[tuple[int, str]]:
         return [(i, ev.name) for i, link in enumerate(self.links) for ev in link.evaluators]
 
@@ -260,7 +268,14 @@ async def arun_experiment(project_name: str, *, data: DataInput, task: Task | No
     spec = make_spec(project_name, data=data, task=task, evaluators=evaluators, chain=chain,
                      tags=tags, experiment_name=experiment_name,
                      max_concurrency=max_concurrency, results_dir=results_dir)
-    experiment = await _run(spec, orchestrator)
+    steps = spec.steps()
+    try:
+        for step in steps:  # look-ups and connections, before any row is run
+            await step.setup()
+        experiment = await _run(spec, orchestrator)
+    finally:
+        for step in steps:
+            await step.aclose()
     if print_summary:
         print(experiment.format_summary())
     return experiment

@@ -43,7 +43,10 @@ class Step:
     @property
     def fn(self) -> Callable[..., Any]:
         """The callable that does the work."""
-        return getattr(self, self.method)  # type: ignore[no-any-return,unused-ignore]
+        found = getattr(self, self.method, None)
+        if found is None:
+            raise ConfigError(f"{type(self).__name__} must implement {self.method}()")
+        return found  # type: ignore[no-any-return,unused-ignore]
 
     @property
     def signature(self) -> Signature:
@@ -56,6 +59,12 @@ class Step:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    async def setup(self) -> None:
+        """Called once before an experiment's first row (look-ups, connections)."""
+
+    async def aclose(self) -> None:
+        """Called once after an experiment's last row, in the same event loop as `setup`."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Check a class form's parameters when the class is defined, like a decorator does.
@@ -98,9 +107,6 @@ class Task(Step):
         self._setup(name, retries, retry_delay_seconds, timeout_seconds)
         _ = self.signature
 
-    def execute(self, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement execute()")
-
 
 class Evaluator(Step):
     """An evaluator: judges one row (and its task result) and returns a verdict.
@@ -120,9 +126,6 @@ class Evaluator(Step):
         self._setup(name, retries, retry_delay_seconds, timeout_seconds)
         self.criteria = criteria if criteria is not None else type(self).criteria
         _ = self.signature
-
-    def evaluate(self, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement evaluate()")
 
 
 class _FunctionStep:

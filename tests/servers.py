@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,3 +90,75 @@ def echo_chat(req: Recorded) -> Reply:
     messages = {m["role"]: m["content"] for m in req.body["messages"]}
     return 200, {}, chat_completion(f"[{messages.get('system', '')}] {messages['user']}",
                                     req.body.get("model", "gpt-4o"))
+
+
+class PatronusAPI:
+    """A stand-in for the Patronus v1 API: evaluators, criteria and evaluations.
+
+    ``faults`` is a list of what to do to the next ``/v1/evaluate`` requests, one item
+    each: ``"429"`` (with ``Retry-After``), ``"500"``, ``"400"``, ``"garbage"`` (a body
+    that is not JSON) or ``"hang"`` (answer only after ``hang_seconds``).
+    """
+
+    def __init__(self) -> None:
+        self.criteria: dict[str, dict[str, Any]] = {}
+        self.faults: list[str] = []
+        self.hang_seconds = 3.0
+        self.delay = 0.0
+        self.in_flight = self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, req: Recorded) -> Reply:
+        path = req.path.split("?")[0]
+        if path == "/v1/evaluators":
+            return 200, {}, {"evaluators": [{"id": "ev-123", "name": "custom-large",
+                                             "evaluator_family": "custom",
+                                             "aliases": ["custom-large", "custom-large-2024"]}]}
+        if path == "/v1/evaluator-criteria" and req.method == "GET":
+            name = req.path.split("name=")[1].split("&")[0]
+            found = self.criteria.get(name)
+            return 200, {}, {"evaluator_criteria": [found] if found else []}
+        if path == "/v1/evaluator-criteria":
+            crit = {**req.body, "revision": 0}
+            self.criteria[req.body["name"]] = crit
+            return 200, {}, {"evaluator_criteria": crit}
+        if path.endswith("/revision"):
+            name = path.split("/")[-2]
+            crit = {**self.criteria[name], "config": req.body["config"],
+                    "revision": self.criteria[name]["revision"] + 1}
+            self.criteria[name] = crit
+            return 200, {}, {"evaluator_criteria": crit}
+        if path == "/v1/evaluate":
+            return self._evaluate(req)
+        return 404, {}, {"detail": "not found"}
+
+    def _evaluate(self, req: Recorded) -> Reply:
+        with self._lock:
+            fault = self.faults.pop(0) if self.faults else None
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.hang_seconds if fault == "hang" else self.delay)
+            if fault == "429":
+                return 429, {"retry-after": "0.1"}, {"detail": "slow down"}
+            if fault in ("500", "400"):
+                return int(fault), {}, {"detail": f"fault {fault}"}
+            if fault == "garbage":
+                return 200, {}, b"<html>oops</html>"
+            return 200, {}, self._verdict(req.body)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    @staticmethod
+    def _verdict(body: dict[str, Any]) -> dict[str, Any]:
+        ok = "poet" not in (body.get("evaluated_model_system_prompt") or "")
+        spec = body["evaluators"][0]
+        return {"results": [{
+            "evaluator_id": "ev-123", "criteria": spec.get("criteria"), "status": "success",
+            "error_message": None,
+            "evaluation_result": {
+                "id": "eval-1", "pass": ok, "score_raw": 1.0 if ok else 0.0,
+                "explanation": "on point" if ok else "rambles", "evaluation_duration": "PT0.5S",
+                "evaluation_metadata": {"positions": []}},
+        }]}

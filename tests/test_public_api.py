@@ -16,7 +16,9 @@ def test_public_surface_is_the_documented_one() -> None:
         "Evaluator", "EvaluatorStats", "Experiment", "ExperimentError", "InvalidResultError",
         "Link", "Parent", "PatronusTasksError", "Row", "Summary", "Task", "TaskResult",
         "__version__", "arun_experiment", "evaluator", "load_dataset", "read_csv",
-        "read_jsonl", "run_experiment", "task",
+        "read_jsonl", "run_experiment", "task", "ChatTask", "Endpoint", "LLMJudge",
+        "RemoteAPIError", "RemoteEvaluator", "UnparseableResponseError", "chat_completion",
+        "openai_endpoint", "patronus_endpoint",
     }
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from patronus_tasks import Experiment, Row, evaluator
 
-from .servers import FakeServer, echo_chat, serve
+from .servers import FakeServer, PatronusAPI, echo_chat, serve
 
 BASIC_TASK = '''
 from openai import OpenAI
@@ -81,6 +81,83 @@ def call_gpt(evaluated_model_system_prompt: str, evaluated_model_input: str) -> 
         },
         tags={"task_type": "chat_completion", "language": "English"},
     )
+'''
+
+FULL_EXAMPLE = '''
+from openai import OpenAI
+import textwrap
+from patronus_tasks import Client, task, TaskResult
+
+oai = OpenAI()
+cli = Client()
+
+
+@task
+def call_gpt(evaluated_model_system_prompt: str, evaluated_model_input: str) -> TaskResult:
+    model = "gpt-4o"
+    params = {
+        "temperature": 1,
+        "max_tokens": 200,
+    }
+    evaluated_model_output = (
+        oai.chat.completions.create(
+            model=model,
+            messages=[
+                {"role": "system", "content": evaluated_model_system_prompt},
+                {"role": "user", "content": evaluated_model_input},
+            ],
+            **params,
+        )
+        .choices[0]
+        .message.content
+    )
+    return TaskResult(
+        evaluated_model_output=evaluated_model_output,
+        evaluated_model_system_prompt=evaluated_model_system_prompt,
+        evaluated_model_name=model,
+        evaluated_model_provider="openai",
+        evaluated_model_params=params,
+        evaluated_model_selected_model=model,
+        tags={"task_type": "chat_completion", "language": "English"},
+    )
+
+
+evaluate_on_point = cli.remote_evaluator(
+    "custom-large",
+    "is-on-point",
+    profile_config={
+        "pass_criteria": textwrap.dedent(
+            """
+            The MODEL OUTPUT should accurately and concisely answer the USER INPUT.
+            """
+        ),
+    },
+    allow_update=True,
+)
+
+data = [
+    {
+        "evaluated_model_system_prompt": "You are a helpful assistant.",
+        "evaluated_model_input": "How do I write a Python function?",
+    },
+    {
+        "evaluated_model_system_prompt": "You are a knowledgeable assistant.",
+        "evaluated_model_input": "Explain the concept of polymorphism in OOP.",
+    },
+    {
+        "evaluated_model_system_prompt": "You are a creative poet who loves abstract ideas.",
+        "evaluated_model_input": "What is 2 + 2?",
+    },
+]
+
+cli.experiment(
+    "Tutorial",
+    data=data,
+    task=call_gpt,
+    evaluators=[evaluate_on_point],
+    tags={"unit": "R&D", "version": "0.0.1"},
+    experiment_name="OpenAI Task",
+)
 '''
 
 TASKLESS = '''
@@ -203,3 +280,21 @@ def test_conditional_task_example(prefect_server: str, openai_stand_in: FakeServ
     df = run["exp"].to_dataframe().set_index("sid")
     assert df.loc["1", "task_output"] == "rows of SELECT 1" and df.loc["1", "pass"]
     assert df.loc["2", "status"] == "skipped" and pd.isna(df.loc["2", "evaluator_name"])
+
+
+def test_full_example_with_a_remote_evaluator(prefect_server: str, openai_stand_in: FakeServer,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    api = PatronusAPI()
+    with serve(api) as patronus:
+        monkeypatch.setenv("PATRONUS_API_KEY", "pt-test-key-000000")
+        monkeypatch.setenv("PATRONUS_API_URL", patronus.url)
+        _exec(FULL_EXAMPLE)
+    exp = Experiment(tmp_path / "results" / "Tutorial" / "OpenAI_Task")
+    df = exp.to_dataframe().sort_values("sid")
+    assert df["pass"].tolist() == [True, True, False]  # the poet rambles
+    assert df["evaluator_name"].tolist() == ["is-on-point"] * 3
+    assert '"evaluated_model_provider": "openai"' in df["task_metadata"].iloc[0]
+    assert exp.manifest["tags"] == {"unit": "R&D", "version": "0.0.1"}
+    assert len(openai_stand_in.requests) == 3
+    assert api.criteria["is-on-point"]["config"]["pass_criteria"].strip().startswith("The MODEL")

@@ -1,0 +1,74 @@
+"""The reference's full example as a flow: a chat model as the task, a Patronus
+``is-on-point`` remote evaluator as the judge, over the reference's three rows.
+
+Configured by environment variables, so the same file runs against real services or
+local stand-ins:
+
+- ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_MODEL`` (default ``gpt-4o``): the task's
+  chat endpoint (OpenAI, vLLM, Ollama, LM Studio...).
+- ``PATRONUS_API_KEY``, ``PATRONUS_API_URL``: the Patronus API for the judge.
+- ``JUDGE=openai`` judges with the same pass criteria on the OpenAI-compatible endpoint
+  instead, for when there is no Patronus key.
+
+    OPENAI_API_KEY=... PATRONUS_API_KEY=... python flows/openai_task.py
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from typing import Any
+
+from prefect import flow
+
+from patronus_tasks import ChatTask, Client, Evaluator, LLMJudge
+
+PASS_CRITERIA = textwrap.dedent(
+    """
+    The MODEL OUTPUT should accurately and concisely answer the USER INPUT.
+    """
+)
+
+DATA = [
+    {
+        "evaluated_model_system_prompt": "You are a helpful assistant.",
+        "evaluated_model_input": "How do I write a Python function?",
+    },
+    {
+        "evaluated_model_system_prompt": "You are a knowledgeable assistant.",
+        "evaluated_model_input": "Explain the concept of polymorphism in OOP.",
+    },
+    {
+        "evaluated_model_system_prompt": "You are a creative poet who loves abstract ideas.",
+        "evaluated_model_input": "What is 2 + 2?",
+    },
+]
+
+
+def make_judge(cli: Client, judge: str) -> Evaluator:
+    """The ``is-on-point`` judge: Patronus' ``custom-large``, or an OpenAI-compatible model."""
+    if judge == "openai":
+        return LLMJudge("is-on-point", PASS_CRITERIA)
+    return cli.remote_evaluator("custom-large", "is-on-point",
+                                profile_config={"pass_criteria": PASS_CRITERIA},
+                                allow_update=True)
+
+
+@flow(name="openai-task")
+def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
+                max_concurrency: int = 4, results_dir: str | None = None,
+                judge: str | None = None) -> dict[str, Any]:
+    """Run the reference's full example; return the experiment's manifest."""
+    cli = Client(results_dir=results_dir)
+    call_gpt = ChatTask(name="call_gpt", temperature=1, max_tokens=200)
+    experiment = cli.experiment(
+        project, data=DATA, task=call_gpt,
+        evaluators=[make_judge(cli, judge or os.environ.get("JUDGE", "patronus"))],
+        tags={"unit": "R&D", "version": "0.0.1"}, experiment_name=experiment_name,
+        max_concurrency=max_concurrency,
+    )
+    return experiment.manifest
+
+
+if __name__ == "__main__":
+    openai_task()
