@@ -12,6 +12,7 @@ apply_server_defaults()
 
 from ._chain import Link, Parent  # noqa: E402
 from ._client import Client  # noqa: E402
+from ._compare import Comparison, EvaluatorComparison, compare_experiments  # noqa: E402
 from ._dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
 from ._exceptions import (  # noqa: E402
     ConfigError,
@@ -30,6 +31,7 @@ from ._remote import RemoteEvaluator, patronus_endpoint  # noqa: E402
 from ._results import EvaluationResult, TaskResult  # noqa: E402
 from ._row import Row  # noqa: E402
 from ._steps import Evaluator, Task, evaluator, task  # noqa: E402
+from ._store import list_experiments, load_experiment  # noqa: E402
 from ._summary import EvaluatorStats, Summary  # noqa: E402
 
 __version__ = "0.1.0"
@@ -37,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ChatTask",
     "Client",
+    "Comparison",
     "ConfigError",
     "Dataset",
     "DatasetError",
@@ -44,6 +47,7 @@ __all__ = [
     "ErrorInfo",
     "EvaluationResult",
     "Evaluator",
+    "EvaluatorComparison",
     "EvaluatorStats",
     "Experiment",
     "ExperimentError",
@@ -62,8 +66,11 @@ __all__ = [
     "__version__",
     "arun_experiment",
     "chat_completion",
+    "compare_experiments",
     "evaluator",
+    "list_experiments",
     "load_dataset",
+    "load_experiment",
     "openai_endpoint",
     "patronus_endpoint",
     "read_csv",

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,13 +118,20 @@ def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
                           max_concurrency, _free_dir(root, project_name, name))
 
 
+#: Called as ``listener(spec, rows_done)`` after each row; the command line's progress bar.
+progress_listeners: list[Callable[[ExperimentSpec, int], None]] = []
+#: Called with each finished `Experiment` of this process; how the command line finds them.
+finished_listeners: list[Callable[[Experiment], None]] = []
+
+
 class _Tally:
-    """Counts records as they stream past, for the manifest."""
+    """Counts rows and records as they stream past, for the manifest and progress."""
 
     def __init__(self) -> None:
-        self.records = self.task_errors = self.evaluator_errors = 0
+        self.rows = self.records = self.task_errors = self.evaluator_errors = 0
 
     def add(self, records: list[dict[str, Any]]) -> None:
+        self.rows += 1
         self.records += len(records)
         for r in records:
             if r.get("status") == STATUS_ERROR:
@@ -143,15 +150,16 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _manifest(spec: ExperimentSpec, tally: _Tally, rows: int, started: dt.datetime,
+def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.datetime,
               flow_run_id: str | None) -> dict[str, Any]:
     from . import __version__
 
+    ended = None if status == "running" else dt.datetime.now(dt.UTC).isoformat()
     return {
         "project": spec.project_name, "experiment_name": spec.experiment_name,
-        "experiment_id": spec.experiment_id, "tags": spec.tags, "flow_run_id": flow_run_id,
-        "started_at": started.isoformat(), "ended_at": dt.datetime.now(dt.UTC).isoformat(),
-        "rows": rows, "records": tally.records, "task_errors": tally.task_errors,
+        "experiment_id": spec.experiment_id, "status": status, "tags": spec.tags,
+        "flow_run_id": flow_run_id, "started_at": started.isoformat(), "ended_at": ended,
+        "rows": tally.rows, "records": tally.records, "task_errors": tally.task_errors,
         "evaluator_errors": tally.evaluator_errors,
         "dataset": {"source": spec.dataset.source, "rows": len(spec.dataset),
                     "sha256": spec.dataset.content_hash()},
@@ -163,8 +171,15 @@ def _manifest(spec: ExperimentSpec, tally: _Tally, rows: int, started: dt.dateti
     }
 
 
-async def execute(spec: ExperimentSpec, runner: StepRunner,
-                  flow_run_id: str | None = None) -> tuple[dict[str, Any], int]:
+def _write_manifest(spec: ExperimentSpec, manifest: dict[str, Any]) -> None:
+    path = spec.out_dir / _parquet.MANIFEST_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    tmp.replace(path)
+
+
+async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,
+                  tally: _Tally | None = None) -> tuple[dict[str, Any], int]:
     """Run every row, stream records to Parquet, write the manifest.
 
     Returns the manifest and the number of step calls made. This is the whole
@@ -172,19 +187,28 @@ async def execute(spec: ExperimentSpec, runner: StepRunner,
     """
     started = dt.datetime.now(dt.UTC)
     sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df)
-    tally = _Tally()
+    tally = tally or _Tally()
+    _write_manifest(spec, _manifest(spec, tally, "running", started, flow_run_id))
 
     def on_records(records: list[dict[str, Any]]) -> None:
         tally.add(records)
         sink.add(records)
+        for listener in progress_listeners:
+            listener(spec, tally.rows)
 
     with ThreadPoolExecutor(max_workers=spec.max_concurrency) as pool:
         row_runner = RowRunner(spec.links, runner, tags=spec.tags,
                                limit=spec.max_concurrency, pool=pool)
-        rows = await run_rows(spec.dataset.rows(), row_runner, spec.max_concurrency, on_records)
-    manifest = _manifest(spec, tally, rows, started, flow_run_id)
+        try:
+            await run_rows(spec.dataset.rows(), row_runner, spec.max_concurrency, on_records)
+        except BaseException:
+            # Interrupted: keep every completed row as a part, and say so.
+            sink.flush()
+            _write_manifest(spec, _manifest(spec, tally, "interrupted", started, flow_run_id))
+            raise
+    manifest = _manifest(spec, tally, "completed", started, flow_run_id)
     sink.finalize(manifest)
-    (spec.out_dir / _parquet.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=str))
+    _write_manifest(spec, manifest)
     return manifest, row_runner.calls
 
 
@@ -227,11 +251,12 @@ class Experiment:
         kwargs = {"orient": "records", "lines": True, "force_ascii": False, **kwargs}
         return self.to_dataframe().to_json(path_or_buf, **kwargs)
 
-    def summary(self) -> Summary:
-        """Per (link, evaluator) statistics of the records."""
+    def summary(self, df: pd.DataFrame | None = None) -> Summary:
+        """Per (link, evaluator) statistics of the records (``df``: already read records)."""
         order = [(i, e["name"]) for i, lk in enumerate(self.manifest.get("links", []))
                  for e in lk["evaluators"]]
-        return summarize(self.to_dataframe(), order, location=str(self.results_path))
+        records = self.to_dataframe() if df is None else df
+        return summarize(records, order, location=str(self.results_path))
 
     def format_summary(self) -> str:
         return self.summary().format(f"Experiment {self.project}/{self.name}")
@@ -241,10 +266,19 @@ async def _run(spec: ExperimentSpec, orchestrator: Orchestrator) -> Experiment:
     if orchestrator == "local":
         await execute(spec, LocalStepRunner())
         return Experiment(spec.out_dir)
-    from . import _prefect
+    from . import _artifacts, _prefect
 
     async def body() -> tuple[dict[str, Any], int]:
-        return await execute(spec, _prefect.PrefectStepRunner(), _prefect.current_flow_run_id())
+        tally = _Tally()
+        async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
+                                               lambda: tally.rows, len(spec.dataset)):
+            outcome = await execute(spec, _prefect.PrefectStepRunner(),
+                                    _prefect.current_flow_run_id(), tally)
+        experiment = Experiment(spec.out_dir)
+        df = experiment.to_dataframe()
+        await _artifacts.publish(spec.project_name, spec.experiment_name,
+                                 experiment.summary(df), df, experiment.results_path)
+        return outcome
 
     started = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     manifest, calls = await _prefect.run_as_flow(
@@ -276,6 +310,8 @@ async def arun_experiment(project_name: str, *, data: DataInput, task: Task | No
     finally:
         for step in steps:
             await step.aclose()
+    for listener in finished_listeners:
+        listener(experiment)
     if print_summary:
         print(experiment.format_summary())
     return experiment

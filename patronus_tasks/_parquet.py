@@ -1,9 +1,11 @@
-"""Streaming results to Parquet: part files while running, one file when finished.
+"""Streaming results to Parquet: a journal and part files while running, one file at the end.
 
-While an experiment runs, records are buffered and written in batches as numbered
-part files, each complete and readable on its own (written to a temporary name, then
-renamed), so a crash loses at most the rows still in the buffer. `finalize` streams
-the parts into ``results.parquet`` (again via a temporary name) and removes them.
+Each completed row's records are appended at once to a journal (an Arrow IPC stream,
+flushed per row), so a crash or SIGKILL loses no completed row: a journal's truncated
+tail is skipped when read. When a batch is full it is written as a numbered Parquet
+part (temporary name, then renamed) and its journal removed; a journal whose part
+exists is ignored, so nothing is read twice. `finalize` streams the parts into
+``results.parquet`` (again via a temporary name) and removes them.
 """
 
 from __future__ import annotations
@@ -79,33 +81,53 @@ class ParquetSink:
         self.out_dir = out_dir
         self.parts = out_dir / PARTS_DIR
         self.batch_rows, self.flush_seconds = batch_rows, flush_seconds
-        self._buffer: list[dict[str, Any]] = []
+        self._batches: list[pa.RecordBatch] = []
+        self._buffered = 0
         self._last_flush = time.monotonic()
-        self._part_count = 0
-        self.records_written = 0
         _make_writable(self.parts)
+        _adopt_journals(self.parts)
+        self._part_count = len(list(self.parts.glob("part-*.parquet")))
+        self._journal: Any = None
+        self.records_written = 0
+
+    def _journal_path(self) -> Path:
+        return self.parts / f"part-{self._part_count:06d}.journal"
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        """Buffer one row's records; write a part when the batch is full or old."""
-        self._buffer.extend(records)
+        """Journal one row's records at once; write a part when the batch is full or old."""
+        for record in records:
+            for column in self._text_columns.intersection(record):
+                record[column] = _text(record[column])
+        batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
+        if self._journal is None:
+            sink = pa.OSFile(str(self._journal_path()), "wb")
+            self._journal = (sink, pa.ipc.new_stream(sink, self.schema))
+        self._journal[1].write_batch(batch)
+        self._journal[0].flush()
+        self._batches.append(batch)
+        self._buffered += batch.num_rows
         due = time.monotonic() - self._last_flush >= self.flush_seconds
-        if len(self._buffer) >= self.batch_rows or due:
+        if self._buffered >= self.batch_rows or due:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered records as one part file."""
+        """Write the journalled records as one part file and drop the journal."""
         self._last_flush = time.monotonic()
-        if not self._buffer:
+        if not self._batches:
             return
-        for record in self._buffer:
-            for column in self._text_columns.intersection(record):
-                record[column] = _text(record[column])
-        table = pa.Table.from_pylist(self._buffer, schema=self.schema)
         path = self.parts / f"part-{self._part_count:06d}.parquet"
-        _write_atomic(table, path)
+        _write_atomic(pa.Table.from_batches(self._batches, self.schema), path)
+        self._close_journal()
+        self._journal_path().unlink(missing_ok=True)
         self._part_count += 1
-        self.records_written += len(self._buffer)
-        self._buffer = []
+        self.records_written += self._buffered
+        self._batches, self._buffered = [], 0
+
+    def _close_journal(self) -> None:
+        if self._journal is not None:
+            self._journal[1].close()
+            self._journal[0].close()
+            self._journal = None
 
     def finalize(self, metadata: Mapping[str, Any]) -> Path:
         """Write the remaining records, merge the parts into one file, remove the parts."""
@@ -118,8 +140,8 @@ class ParquetSink:
                 writer.write_table(pq.read_table(part, schema=self.schema).replace_schema_metadata(
                     schema.metadata))
         os.replace(tmp, final)
-        for part in self.parts.glob("part-*.parquet"):
-            part.unlink()
+        for leftover in self.parts.iterdir():
+            leftover.unlink()
         self.parts.rmdir()
         return final
 
@@ -143,12 +165,49 @@ def _make_writable(path: Path) -> None:
         ) from None
 
 
+def _read_journal(path: Path) -> list[pa.RecordBatch]:
+    """The complete batches of a journal; a tail cut short by a crash is skipped."""
+    batches: list[pa.RecordBatch] = []
+    try:
+        with pa.OSFile(str(path), "rb") as source, pa.ipc.open_stream(source) as reader:
+            for batch in reader:
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError):
+        pass
+    return batches
+
+
+def _adopt_journals(parts_dir: Path) -> None:
+    """Turn the journals a crashed run left into parts, so a new writer can go on."""
+    for journal in sorted(parts_dir.glob("part-*.journal")):
+        part = journal.with_suffix(".parquet")
+        batches = [] if part.exists() else _read_journal(journal)
+        if batches:
+            _write_atomic(pa.Table.from_batches(batches), part)
+        journal.unlink()
+    # Renumber so parts stay contiguous: part-N is always the next free name.
+    for index, part in enumerate(sorted(parts_dir.glob("part-*.parquet"))):
+        part.rename(parts_dir / f"part-{index:06d}.parquet")
+
+
+def _unfinished_tables(out_dir: Path) -> list[pa.Table]:
+    parts_dir = out_dir / PARTS_DIR
+    tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
+    for journal in sorted(parts_dir.glob("part-*.journal")):
+        if journal.with_suffix(".parquet").exists():
+            continue  # written as a part already; the journal was about to go
+        batches = _read_journal(journal)
+        if batches:
+            tables.append(pa.Table.from_batches(batches))
+    return tables
+
+
 def read_results(out_dir: Path) -> pa.Table:
-    """The records of an experiment: the final file, or the parts of an unfinished one."""
+    """The records of an experiment: the final file, or what an unfinished one left."""
     final = out_dir / RESULTS_FILE
     if final.exists():
         return pq.read_table(final)
-    parts = sorted((out_dir / PARTS_DIR).glob("part-*.parquet"))
-    if not parts:
+    tables = _unfinished_tables(out_dir)
+    if not tables:
         raise FileNotFoundError(f"no results in {out_dir}")
-    return pa.concat_tables(pq.read_table(p) for p in parts)
+    return pa.concat_tables(tables, promote_options="permissive")

@@ -18,7 +18,8 @@ def test_public_surface_is_the_documented_one() -> None:
         "__version__", "arun_experiment", "evaluator", "load_dataset", "read_csv",
         "read_jsonl", "run_experiment", "task", "ChatTask", "Endpoint", "LLMJudge",
         "RemoteAPIError", "RemoteEvaluator", "UnparseableResponseError", "chat_completion",
-        "openai_endpoint", "patronus_endpoint",
+        "openai_endpoint", "patronus_endpoint", "Comparison", "EvaluatorComparison",
+        "compare_experiments", "list_experiments", "load_experiment",
     }
 
 

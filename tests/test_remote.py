@@ -139,8 +139,23 @@ def test_retries_and_faults(patronus: tuple[FakeServer, PatronusAPI], results_di
         assert f'"http_attempts": {requests}' in df["evaluation_metadata"][0]
     else:
         assert df["error_type"][0] == "RemoteAPIError" and error in df["error_message"][0]
-    retries = [r for r in caplog.records if "retry" in r.getMessage()]
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
     assert len(retries) == (requests - 1 if "not retried" not in (error or "") else 0)
+    if faults == ["429"]:
+        assert retries == ["POST /v1/evaluate: HTTP 429; retry 1/2 in 0.10s"]  # Retry-After
+
+
+def test_connection_refused_is_retried_then_recorded(results_dir: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    judge = LLMJudge("j", "be right", endpoint=openai_endpoint(f"http://127.0.0.1:{port}"))
+    judge.endpoint.backoff = 0.01
+    df = _run(results_dir, [judge], data=DATA[:1])
+    assert df["error_message"][0].endswith("failed after 3 attempts: ConnectError; ConnectError; "
+                                           "ConnectError")
 
 
 def test_in_flight_limit_is_per_endpoint(patronus: tuple[FakeServer, PatronusAPI],

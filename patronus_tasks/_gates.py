@@ -1,0 +1,41 @@
+"""Quality gates: minimum pass rates per evaluator, shared by the API and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ._exceptions import ConfigError
+from ._summary import Summary
+
+
+def parse_thresholds(items: Iterable[str]) -> dict[str, float]:
+    """``["judge=0.9", ...]`` as ``{"judge": 0.9}``; a `ConfigError` says what is wrong."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = -1.0
+        if not sep or not name or not 0 <= rate <= 1:
+            raise ConfigError(f"--min-pass-rate {item!r}: write EVALUATOR=RATE with RATE "
+                              "between 0 and 1, e.g. is-on-point=0.9")
+        out[name] = rate
+    return out
+
+
+def failed_gates(summary: Summary, min_pass_rates: Mapping[str, float]) -> list[str]:
+    """One message per evaluator whose pass rate is below its threshold (errors count)."""
+    messages = []
+    for name, threshold in min_pass_rates.items():
+        stats = [s for s in summary.evaluators if s.evaluator == name]
+        if not stats:
+            known = ", ".join(sorted({s.evaluator for s in summary.evaluators})) or "none"
+            messages.append(f"{name}: no such evaluator in this experiment (evaluators: {known})")
+        for s in stats:
+            rate = s.pass_rate if s.pass_rate is not None else 0.0
+            if s.pass_rate is None or rate < threshold:
+                shown = "no pass/fail verdicts" if s.pass_rate is None else f"{rate:.1%}"
+                messages.append(f"{name} [link {s.link_index}]: pass rate {shown} is below "
+                                f"{threshold:.1%}")
+    return messages

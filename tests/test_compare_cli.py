@@ -1,0 +1,150 @@
+"""compare_experiments and the command line: list, show, compare, export, run, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scipy.stats import binomtest
+from typer.testing import CliRunner
+
+from patronus_tasks import Row, evaluator, run_experiment
+from patronus_tasks._cli import app
+from patronus_tasks._compare import compare_experiments
+from patronus_tasks._store import list_experiments, load_experiment
+
+from .conftest import ROOT
+
+
+@evaluator
+def exact(row: Row) -> bool:
+    return row.evaluated_model_output == row.evaluated_model_gold_answer
+
+
+@evaluator
+def closeness(row: Row) -> float:
+    return float(row.s)
+
+
+def _data(passing: set[int], bump: float) -> list[dict[str, object]]:
+    return [{"sid": f"s{i:02d}", "evaluated_model_gold_answer": "g",
+             "evaluated_model_output": "g" if i in passing else "wrong", "s": 0.5 + bump * (i % 2)}
+            for i in range(1, 41)]
+
+
+@pytest.fixture
+def two_runs(results_dir: Path) -> tuple[Path, Path]:
+    a = run_experiment("cmp", data=_data(set(range(1, 31)), 0.0), evaluators=[exact, closeness],
+                       experiment_name="base", orchestrator="local", results_dir=results_dir,
+                       print_summary=False)
+    passing_b = set(range(1, 26)) | {31, 32, 33}
+    b = run_experiment("cmp", data=_data(passing_b, 0.2), evaluators=[exact, closeness],
+                       experiment_name="cand", orchestrator="local", results_dir=results_dir,
+                       print_summary=False)
+    return a.path, b.path
+
+
+def test_compare_finds_known_regressions_and_statistics(two_runs: tuple[Path, Path]) -> None:
+    a, b = (load_experiment(p) for p in two_runs)
+    result = compare_experiments(a, b)
+    by = {e.evaluator: e for e in result.evaluators}
+    ex = by["exact"]
+    assert ex.paired == 40 and (ex.mcnemar_b, ex.mcnemar_c) == (5, 3)
+    assert ex.regressed == [f"s{i}" for i in range(26, 31)]
+    assert ex.improved == ["s31", "s32", "s33"]
+    assert ex.pass_rate_a == 30 / 40 and ex.pass_rate_b == 28 / 40
+    assert ex.pass_diff == pytest.approx(-2 / 40)
+    assert ex.mcnemar_statistic == pytest.approx((abs(5 - 3) - 1) ** 2 / 8)
+    assert ex.mcnemar_p == pytest.approx(binomtest(3, 8, 0.5).pvalue)
+    lo, hi = ex.pass_diff_ci  # type: ignore[misc]
+    assert lo < -2 / 40 < hi
+    cl = by["closeness"]
+    assert cl.mean_diff == pytest.approx(0.1)  # half the rows gained 0.2
+    assert cl.mean_diff_ci[0] > 0 and cl.score_p < 0.05  # type: ignore[index,operator]
+    assert cl.regressed == [] and len(cl.improved) == 20
+    assert result.has_regressions and result.only_in_a == result.only_in_b == 0
+    assert compare_experiments(a, b).evaluators == result.evaluators  # seeded: repeatable
+
+
+def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: Path,
+                                      tmp_path: Path) -> None:
+    runner = CliRunner()
+    rd = ["--results-dir", str(results_dir)]
+    listed = runner.invoke(app, ["list", *rd])
+    assert listed.exit_code == 0
+    assert "cmp/base" in listed.stdout and "cmp/cand" in listed.stdout
+    assert "exact 75%" in listed.stdout and "rows=40" in listed.stdout
+    shown = runner.invoke(app, ["show", "cand", "--failures", *rd])
+    assert shown.exit_code == 0 and "Pass rate : 70.0%  (28/40)" in shown.stdout
+    assert "sid=s26 link=0 exact: failed" in shown.stdout
+    cmp = runner.invoke(app, ["compare", "base", "cmp/cand", *rd])
+    assert cmp.exit_code == 0
+    assert "regressed (5): s26, s27, s28, s29, s30" in cmp.stdout
+    assert "McNemar b=5 c=3" in cmp.stdout
+    gated = runner.invoke(app, ["compare", "base", "cand", "--fail-on-regression", *rd])
+    assert gated.exit_code == 1
+    same = runner.invoke(app, ["compare", "base", "base", "--fail-on-regression", *rd])
+    assert same.exit_code == 0
+    out = tmp_path / "cand.jsonl"
+    exported = runner.invoke(app, ["export", "cand", "--format", "jsonl", "-o", str(out), *rd])
+    assert exported.exit_code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 80 and {"sid", "pass", "score"} <= set(records[0])
+    csv = runner.invoke(app, ["export", str(two_runs[0]), "--format", "csv"])
+    assert csv.exit_code == 0 and csv.stdout.count("\n") == 81
+    assert [e.name for e in list_experiments(results_dir)] == ["base", "cand"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "nope"], "no experiment 'nope'"),
+        (["export", "base", "--format", "xml"], "--format must be csv or jsonl"),
+        (["run", "missing.py"], "missing.py: no such file"),
+        (["run", "x.py", "--min-pass-rate", "exact"], "write EVALUATOR=RATE"),
+    ],
+)
+def test_cli_usage_errors_exit_2(two_runs: tuple[Path, Path], results_dir: Path,
+                                 args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, [*args, "--results-dir", str(results_dir)])
+    assert result.exit_code == 2 and message in result.stderr
+
+
+RUNNABLE = """
+from patronus_tasks import evaluator, run_experiment
+
+@evaluator
+def nonempty(evaluated_model_output: str) -> bool:
+    return evaluated_model_output != ""
+
+def main(dataset: str, experiment_name: str = "cli", results_dir: str | None = None):
+    return run_experiment("cli", data=dataset, evaluators=[nonempty], orchestrator="local",
+                          experiment_name=experiment_name, results_dir=results_dir)
+"""
+
+
+def test_cli_run_with_gates(tmp_path: Path) -> None:
+    script = tmp_path / "exp.py"
+    script.write_text(RUNNABLE)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"evaluated_model_output": "a"}\n{"evaluated_model_output": ""}\n')
+    base = [sys.executable, "-m", "patronus_tasks", "run", f"{script}:main", "--data", str(data),
+            "--results-dir", str(tmp_path / "r")]
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *extra], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+
+    ok = cli("--min-pass-rate", "nonempty=0.5", "--experiment-name", "first")
+    assert ok.returncode == 0, ok.stderr
+    assert "Pass rate : 50.0%  (1/2)" in ok.stdout and "2/2" in ok.stderr  # the progress bar
+    low = cli("--min-pass-rate", "nonempty=0.9")
+    assert low.returncode == 1
+    assert "gate failed: cli: nonempty [link 0]: pass rate 50.0% is below 90.0%" in low.stderr
+    unknown = cli("--min-pass-rate", "judge=0.9")
+    assert unknown.returncode == 1 and "judge: no such evaluator" in unknown.stderr
+    bad = cli("--max-concurrency", "3")
+    assert bad.returncode == 2 and "takes no max_concurrency parameter" in bad.stderr

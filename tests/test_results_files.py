@@ -1,0 +1,152 @@
+"""The files an experiment writes: schema, manifest, readers, and crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from patronus_tasks import EvaluationResult, TaskResult, evaluator, run_experiment, task
+from patronus_tasks._records import FIXED_SCHEMA
+
+from .conftest import ROOT
+
+
+@task
+def answer(evaluated_model_input: str) -> TaskResult:
+    if evaluated_model_input == "crash":
+        raise RuntimeError("model crashed")
+    return TaskResult(evaluated_model_output=evaluated_model_input[::-1], metadata={"n": [1, 2]},
+                      tags={"kind": "reverse"}, evaluated_model_name="rev-1")
+
+
+@evaluator(criteria="is a palindrome")
+def palindrome(evaluated_model_output: str) -> EvaluationResult:
+    ok = evaluated_model_output == evaluated_model_output[::-1]
+    return EvaluationResult(pass_=ok, score_raw=float(ok), explanation="mirror",
+                            metadata={"checked": True}, tags={"t": "x"}, evaluation_duration=0.25)
+
+
+DATA = [
+    {"evaluated_model_input": "abba", "pass": "dataset column named pass", "ctx": ["a", "b"],
+     "mixed": 1},
+    {"evaluated_model_input": "abc", "pass": "p2", "ctx": [], "mixed": "two"},
+    {"evaluated_model_input": "crash", "pass": "p3", "ctx": ["c"], "mixed": None},
+]
+
+
+def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> None:
+    exp = run_experiment("files", data=DATA, task=answer, evaluators=[palindrome],
+                         tags={"suite": "s"}, experiment_name="cols", orchestrator="local",
+                         results_dir=results_dir, print_summary=False)
+    path = results_dir / "files" / "cols" / "results.parquet"
+    assert exp.results_path == path and not (path.parent / "parts").exists()
+    table = pq.read_table(path)
+    assert table.schema.names == [*FIXED_SCHEMA.names, "evaluated_model_input", "row_pass", "ctx",
+                                  "mixed"]
+    for name in FIXED_SCHEMA.names:
+        assert table.schema.field(name).type == FIXED_SCHEMA.field(name).type, name
+    rows = {r["sid"]: r for r in table.to_pylist()}
+    ok = rows["1"]
+    assert ok == {
+        "sid": "1", "link_index": 0, "task_name": "answer", "evaluator_name": "palindrome",
+        "criteria": "is a palindrome", "status": "ok", "error_stage": None, "pass": True,
+        "score": 1.0, "text_output": None, "explanation": "mirror",
+        "evaluation_duration_s": 0.25, "task_duration_s": ok["task_duration_s"],
+        "task_output": "abba", "task_metadata": '{"evaluated_model_name": "rev-1", "n": [1, 2]}',
+        "task_tags": '{"kind": "reverse"}', "evaluation_metadata": '{"checked": true}',
+        "evaluation_tags": '{"t": "x"}', "attempts": 1, "error_type": None,
+        "error_message": None, "error_traceback": None, "evaluated_model_input": "abba",
+        "row_pass": "dataset column named pass", "ctx": ["a", "b"], "mixed": "1",
+    }
+    assert ok["task_duration_s"] >= 0
+    assert rows["2"]["pass"] is False and rows["2"]["mixed"] == "two"
+    crash = rows["3"]
+    assert (crash["status"], crash["error_stage"], crash["error_type"]) == ("error", "task",
+                                                                           "RuntimeError")
+    assert crash["evaluator_name"] is None and "model crashed" in crash["error_traceback"]
+    kv = json.loads(table.schema.metadata[b"patronus_tasks"])
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    for m in (kv, manifest):
+        assert m["project"] == "files" and m["experiment_name"] == "cols"
+        assert m["tags"] == {"suite": "s"} and m["rows"] == 3 and m["task_errors"] == 1
+        assert m["evaluator_errors"] == 0 and m["flow_run_id"] is None
+        assert len(m["dataset"]["sha256"]) == 64 and m["package_version"] == "0.1.0"
+        assert m["started_at"] <= m["ended_at"]
+        assert m["links"] == [{"task": "answer", "evaluators": [
+            {"name": "palindrome", "criteria": "is a palindrome"}]}]
+    assert manifest["status"] == "completed" and len(manifest["experiment_id"]) == 32
+    # Readers with no help from this package.
+    assert len(pd.read_parquet(path)) == 3
+    with duckdb.connect() as con:
+        assert con.execute(f"SELECT count(*) FROM '{path}' WHERE pass").fetchall() == [(1,)]
+
+
+KILLED = """
+import sys, time
+from patronus_tasks import evaluator, run_experiment, task
+
+markers = open(sys.argv[2], "a", buffering=1)
+
+@task
+def work(row):
+    if int(row.sid) > 12:
+        time.sleep(600)  # these rows are still running when the process is killed
+    return "out-" + row.sid
+
+@evaluator
+def done(row, task_result) -> bool:
+    markers.write(row.sid + "\\n")
+    return True
+
+run_experiment("crash", data=[{"i": i} for i in range(20)], task=work, evaluators=[done],
+               experiment_name="killed", orchestrator="local", results_dir=sys.argv[1],
+               max_concurrency=4)
+"""
+
+
+def test_sigkill_keeps_every_completed_row(tmp_path: Path) -> None:
+    markers = tmp_path / "markers.txt"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path / "results"), str(markers)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if markers.exists() and len(markers.read_text().split()) >= 12:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)  # the last evaluator returned; its record is being journalled
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    completed = sorted(markers.read_text().split(), key=int)
+    assert completed == [str(i) for i in range(1, 13)]
+    out_dir = tmp_path / "results" / "crash" / "killed"
+    assert not (out_dir / "results.parquet").exists()
+    on_disk = _read_unfinished(out_dir)
+    assert sorted(on_disk["sid"], key=int) == completed  # each completed row, exactly once
+    assert set(on_disk["task_output"]) == {f"out-{s}" for s in completed}
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["status"] == "running"  # it never got to say otherwise
+
+
+def _read_unfinished(out_dir: Path) -> pd.DataFrame:
+    """Parts and journals, read with pyarrow alone."""
+    tables: list[Any] = [pq.read_table(p) for p in sorted((out_dir / "parts").glob("*.parquet"))]
+    for journal in sorted((out_dir / "parts").glob("*.journal")):
+        batches = []
+        try:
+            with pa.ipc.open_stream(pa.OSFile(str(journal))) as reader:
+                batches.extend(reader)
+        except pa.ArrowInvalid:
+            pass
+        tables.append(pa.Table.from_batches(batches))
+    return pa.concat_tables(tables).to_pandas()
