@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import flow
 
-from patronus_tasks import ChatTask, Client, Evaluator, LLMJudge
+from patronus_tasks import ChatTask, Client, Evaluator, LLMJudge, experiment_flow_run_name
 
 PASS_CRITERIA = textwrap.dedent(
     """
@@ -54,7 +54,7 @@ def make_judge(cli: Client, judge: str) -> Evaluator:
                                 allow_update=True)
 
 
-@flow(name="openai-task")
+@flow(name="openai-task", flow_run_name=experiment_flow_run_name)
 def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
                 max_concurrency: int = 4, results_dir: str | None = None,
                 judge: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,15 @@ from typing import Any
 
 from prefect import flow
 
-from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+from patronus_tasks import (
+    EvaluationResult,
+    Row,
+    TaskResult,
+    evaluator,
+    experiment_flow_run_name,
+    run_experiment,
+    task,
+)
 
 HERE = Path(__file__).resolve().parent
 DATASET = HERE.parent / "datasets" / "text_to_sql.jsonl"
@@ -78,7 +86,7 @@ def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> fl
     return len(got & want) / len(union) if union else 1.0
 
 
-@flow(name="text-to-sql-eval")
+@flow(name="text-to-sql-eval", flow_run_name=experiment_flow_run_name)
 def text_to_sql_eval(dataset: str = str(DATASET), project: str = "text-to-sql",
                      experiment_name: str | None = None, max_concurrency: int = 8,
                      results_dir: str | None = None) -> dict[str, Any]:

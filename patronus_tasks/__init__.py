@@ -26,6 +26,7 @@ from ._exceptions import (  # noqa: E402
 from ._experiment import Experiment, arun_experiment, run_experiment  # noqa: E402
 from ._http import Endpoint  # noqa: E402
 from ._openai import ChatTask, LLMJudge, chat_completion, openai_endpoint  # noqa: E402
+from ._prefect import experiment_flow_run_name  # noqa: E402
 from ._records import ErrorInfo  # noqa: E402
 from ._remote import RemoteEvaluator, patronus_endpoint  # noqa: E402
 from ._results import EvaluationResult, TaskResult  # noqa: E402
@@ -68,6 +69,7 @@ __all__ = [
     "chat_completion",
     "compare_experiments",
     "evaluator",
+    "experiment_flow_run_name",
     "list_experiments",
     "load_dataset",
     "load_experiment",

@@ -228,3 +228,51 @@ def export(experiment: str,
 def main() -> None:
     """Console entry point."""
     app()
+
+
+server = typer.Typer(help="A local Prefect stack: server, work pool, deployments, worker.",
+                     no_args_is_help=True)
+app.add_typer(server, name="server")
+Home = Annotated[Path, typer.Option("--home", help="Where the server's database, logs and "
+                                    "process ids live.")]
+
+
+@server.command("up")
+def server_up(home: Home = Path(".prefect"), port: int = 4200,
+              deploy: Annotated[bool, typer.Option(help="Deploy prefect.yaml.")] = True,
+              worker: Annotated[bool, typer.Option(help="Start a process worker.")] = True) -> None:
+    """Start a Prefect server on 127.0.0.1, create the pool, deploy, start a worker."""
+    from . import _stack
+    from ._exceptions import ExperimentError
+
+    if _stack.Stack.load(home.resolve()) is not None:
+        raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
+    try:
+        stack = _stack.up(Path.cwd(), home, port, deploy=deploy, worker=worker)
+    except ExperimentError as exc:
+        raise _usage(str(exc)) from None
+    typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}\n"
+               f"server pid {stack.server_pid}, worker pid {stack.worker_pid}; logs in {stack.home}\n"
+               f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
+
+
+@server.command("down")
+def server_down(home: Home = Path(".prefect")) -> None:
+    """Stop the worker and server that `server up` started."""
+    from . import _stack
+
+    stack = _stack.down(home)
+    typer.echo("nothing to stop" if stack is None else
+               f"stopped server {stack.server_pid} and worker {stack.worker_pid}")
+
+
+@server.command("status")
+def server_status(home: Home = Path(".prefect")) -> None:
+    """Whether the stack's server and worker are running."""
+    from . import _stack
+
+    found = _stack.status(home)
+    if found is None:
+        typer.echo("no stack recorded")
+        raise typer.Exit(1)
+    typer.echo("  ".join(f"{k}: {'running' if v else 'stopped'}" for k, v in found.items()))

@@ -64,6 +64,20 @@ class PrefectStepRunner:
             inv.error = ErrorInfo(state.type.value, state.message or "task run failed")
 
 
+def experiment_flow_run_name() -> str:
+    """A flow run name saying which experiment and when: ``<experiment or project> @ <time>``.
+
+    For flows whose parameters include ``experiment_name`` and/or ``project``:
+    ``@flow(flow_run_name=experiment_flow_run_name)``.
+    """
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters or {}
+    name = params.get("experiment_name") or params.get("project") or flow_run.flow_name
+    when = flow_run.scheduled_start_time
+    return f"{name} @ {when:%Y-%m-%d %H:%M:%S}" if when else str(name)
+
+
 def current_flow_run_id() -> str | None:
     """The id of the flow run this code runs in, if any."""
     ctx = FlowRunContext.get()

@@ -19,7 +19,7 @@ def test_public_surface_is_the_documented_one() -> None:
         "read_jsonl", "run_experiment", "task", "ChatTask", "Endpoint", "LLMJudge",
         "RemoteAPIError", "RemoteEvaluator", "UnparseableResponseError", "chat_completion",
         "openai_endpoint", "patronus_endpoint", "Comparison", "EvaluatorComparison",
-        "compare_experiments", "list_experiments", "load_experiment",
+        "compare_experiments", "list_experiments", "load_experiment", "experiment_flow_run_name",
     }
 
 

@@ -1,0 +1,92 @@
+"""prefect.yaml on a real stack: `patronus-tasks server up`, a deployment run by a
+process worker, read back through the Prefect API, then `server down`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from patronus_tasks._stack import Stack, _alive
+
+from .conftest import ROOT
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return subprocess.run([sys.executable, "-m", "patronus_tasks", "server", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    home = tmp_path / "prefect-home"
+    up = _cli("up", "--home", str(home), "--port", str(_free_port()))
+    assert up.returncode == 0, up.stdout + up.stderr
+    started = Stack.load(home)
+    assert started is not None and "Prefect UI:  http://127.0.0.1:" in up.stdout
+    try:
+        yield started
+    finally:
+        down = _cli("down", "--home", str(home))
+        assert down.returncode == 0, down.stderr
+        assert not _alive(started.server_pid) and not _alive(started.worker_pid or 0)
+        assert Stack.load(home) is None
+
+
+async def _read_back(flow_run_id: Any) -> tuple[Any, Any, int, list[Any]]:
+    async with get_client() as client:
+        parent = await client.read_flow_run(flow_run_id)
+        children = [fr for fr in await client.read_flow_runs()
+                    if fr.parent_task_run_id is not None and fr.id != parent.id]
+        child = children[0]
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id])))
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[child.id])))
+        return parent, child, len(runs), artifacts
+
+
+def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    with temporary_settings({PREFECT_API_URL: stack.api_url}):
+        flow_run = run_deployment(
+            "text-to-sql-eval/text-to-sql-nightly", timeout=240,
+            parameters={"results_dir": str(results), "experiment_name": "deployed",
+                        "max_concurrency": 4})
+        parent, child, task_runs, artifacts = asyncio.run(_read_back(flow_run.id))
+    assert parent.state.type.value == "COMPLETED", parent.state
+    assert parent.name.startswith("deployed @ ")
+    assert parent.parameters["experiment_name"] == "deployed"
+    assert child.name.startswith("deployed @ ") and child.state.type.value == "COMPLETED"
+    assert task_runs == 12 + 9 * 2  # every row's task, and both evaluators of 9 rows
+    keys = {a.key for a in artifacts}
+    assert keys == {f"text-to-sql-deployed-{k}" for k in ("summary", "report", "results", "progress")}
+    path = results / "text-to-sql" / "deployed" / "results.parquet"
+    assert pq.read_table(path).num_rows == 12 - 3 + 9 * 2 - 9 + 3
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    assert manifest["flow_run_id"] == str(child.id)
