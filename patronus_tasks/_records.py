@@ -38,7 +38,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("task_tags", pa.string(), "JSON: the task result's tags"),
     ("evaluation_metadata", pa.string(), "JSON: the evaluation result's metadata"),
     ("evaluation_tags", pa.string(), "JSON: the evaluation result's tags"),
-    ("attempts", pa.int32(), "calls made of the step this record reports (1 + retries used)"),
+    ("task_attempts", pa.int32(), "calls made of the link's task (1 + retries used)"),
+    ("evaluation_attempts", pa.int32(), "calls made of the evaluator (1 + retries used)"),
     ("error_type", pa.string(), "exception type of a failed step"),
     ("error_message", pa.string(), "exception message of a failed step"),
     ("error_traceback", pa.string(), "formatted traceback of a failed step"),
@@ -75,16 +76,18 @@ def row_values(row: Row) -> dict[str, Any]:
     return {dataset_column_name(str(k)): clean(v) for k, v in row.items() if k != "sid"}
 
 
-def task_fields(result: TaskResult | None, duration: float | None) -> dict[str, Any]:
+def task_fields(result: TaskResult | None, duration: float | None,
+                attempts: int | None) -> dict[str, Any]:
     """The task columns of a record."""
     if result is None:
-        return {"task_duration_s": duration}
+        return {"task_duration_s": duration, "task_attempts": attempts}
     metadata = {**result.model_info(), **(result.metadata or {})} or None
     return {
         "task_output": result.evaluated_model_output,
         "task_metadata": _json(metadata),
         "task_tags": _json(result.tags),
         "task_duration_s": duration,
+        "task_attempts": attempts,
     }
 
 

@@ -181,7 +181,8 @@ class RowRunner:
         upstream = None
         if link.task is not None:
             inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None), None)
-            head.update(task_fields(inv.value, inv.duration if inv.attempts else None))
+            head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
+                                    inv.attempts or None))
             if inv.error is not None or inv.value is None:
                 records.append(_task_only(head, inv))
                 return parent, True  # a failed or skipped task ends this row's chain
@@ -200,7 +201,7 @@ class RowRunner:
 
 def _task_only(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
     status = STATUS_SKIPPED if inv.value is None else STATUS_OK
-    return {**head, "status": status, "attempts": inv.attempts, **error_fields(inv.error, "task")}
+    return {**head, "status": status, **error_fields(inv.error, "task")}
 
 
 def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
@@ -212,7 +213,7 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
         "evaluator_name": ev.name,
         "criteria": ev.criteria,
         "status": status,
-        "attempts": inv.attempts,
+        "evaluation_attempts": inv.attempts or None,
         **evaluation_fields(inv.value, inv.duration if inv.attempts else None),
         **error_fields(inv.error, "evaluator"),
     }

@@ -72,7 +72,8 @@ def test_task_output_reaches_evaluators_and_is_recorded(results_dir: Path) -> No
     assert df["pass"].tolist() == [False] * 3
     assert json.loads(df["task_metadata"][1]) == {"evaluated_model_name": "m1", "len": 2}
     assert json.loads(df["task_tags"][0]) == {"t": "1"}
-    assert (df["task_duration_s"] >= 0).all() and (df["attempts"] == 1).all()
+    assert (df["task_duration_s"] >= 0).all() and (df["task_attempts"] == 1).all()
+    assert (df["evaluation_attempts"] == 1).all()
 
 
 def test_chain_passes_parent_and_none_stops_the_row(results_dir: Path) -> None:

@@ -93,8 +93,8 @@ def test_prefect_retries_are_used_and_counted(prefect_server: str, results_dir: 
                          results_dir=results_dir, print_summary=False)
     df = exp.to_dataframe().set_index("sid")
     assert calls == {"1": 3, "2": 3}
-    assert df.loc["1", "status"] == "ok" and df.loc["1", "attempts"] == 3
-    assert df.loc["2", "error_type"] == "ConnectionError" and df.loc["2", "attempts"] == 3
+    assert df.loc["1", "status"] == "ok" and df.loc["1", "task_attempts"] == 3
+    assert df.loc["2", "error_type"] == "ConnectionError" and df.loc["2", "task_attempts"] == 3
     runs = {r.name: r for r in asyncio.run(_task_runs(exp.manifest["flow_run_id"]))}
     assert runs["flaky-1"].run_count == 3 and runs["flaky-1"].state.type.value == "COMPLETED"
     assert runs["flaky-2"].state.type.value == "FAILED"

@@ -36,3 +36,13 @@ def test_exception_tree() -> None:
     for exc in (ConfigError, InvalidResultError, ExperimentError):
         assert issubclass(exc, PatronusTasksError)
     assert not issubclass(ExperimentError, ConfigError)
+
+
+def test_readme_documents_every_fixed_column() -> None:
+    from pathlib import Path
+
+    from patronus_tasks._records import COLUMNS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for name, typ, meaning in COLUMNS:
+        assert f"| `{name}` | {typ} | {meaning} |" in readme, name

@@ -65,7 +65,8 @@ def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> 
         "evaluation_duration_s": 0.25, "task_duration_s": ok["task_duration_s"],
         "task_output": "abba", "task_metadata": '{"evaluated_model_name": "rev-1", "n": [1, 2]}',
         "task_tags": '{"kind": "reverse"}', "evaluation_metadata": '{"checked": true}',
-        "evaluation_tags": '{"t": "x"}', "attempts": 1, "error_type": None,
+        "evaluation_tags": '{"t": "x"}', "task_attempts": 1, "evaluation_attempts": 1,
+        "error_type": None,
         "error_message": None, "error_traceback": None, "evaluated_model_input": "abba",
         "row_pass": "dataset column named pass", "ctx": ["a", "b"], "mixed": "1",
     }

@@ -1,0 +1,180 @@
+"""Recording calls as Prefect task runs through bulk events, without a task engine per call.
+
+Prefect 3 orchestrates task runs on the client: the engine reports each state change as
+a ``prefect.task-run.<State>`` event, and the server's task-run recorder builds the task
+run from it. This module sends the same events for calls it did not run through the
+engine, in batches through ``POST /api/events``, at a fraction of the engine's CPU cost.
+The event format is Prefect's internal contract (checked against Prefect 3.8 and 3.9 by
+``tests/test_events_contract.py``).
+
+Each call gets a ``Running`` event when it starts and a final one (``Completed``,
+``Failed`` or ``TimedOut``) when it ends, with the task run's name, key, start and end
+time, run count, tags, its upstream call (``wait_for``) and its parent (``__parents__``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import uuid
+from typing import Any
+
+from prefect.client.orchestration import get_client
+
+from ._runner import Invocation, LocalStepRunner
+
+logger = logging.getLogger("patronus_tasks.events")
+_FLUSH_EVENTS, _FLUSH_SECONDS, _POST_ATTEMPTS = 500, 0.25, 5
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _state(inv: Invocation) -> tuple[str, str, str | None]:
+    if inv.error is None:
+        return "COMPLETED", "Completed", None
+    name = "TimedOut" if inv.error.type == "TimeoutError" and "timed out" in inv.error.message \
+        else "Failed"
+    return "FAILED", name, f"{inv.error.type}: {inv.error.message}"[:10_000]
+
+
+class TaskRunRecorder:
+    """Buffers task-run events and posts them to the Prefect API in batches.
+
+    Posting happens in the background; `aclose` sends what is left. A batch the server
+    does not take after retries is counted in ``lost`` and logged, never dropped silently.
+    """
+
+    def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None
+                 ) -> None:
+        self.flow_run_id, self.tags = flow_run_id, sorted(tags)
+        self.parent_task_run_id = parent_task_run_id
+        self._related = [{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
+                          "prefect.resource.role": "flow-run"}]
+        self._related += [{"prefect.resource.id": f"prefect.tag.{t}",
+                           "prefect.resource.role": "tag"} for t in self.tags]
+        self._buffer: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._client: Any = None
+        self.sent = self.lost = 0
+
+    async def __aenter__(self) -> TaskRunRecorder:
+        self._client = get_client()
+        await self._client.__aenter__()
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _event(self, task_run_id: str, inv: Invocation, kind: str, name: str, message: str | None,
+               when: dt.datetime, run: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": str(uuid.uuid4()), "occurred": when.isoformat(),
+            "event": f"prefect.task-run.{name}",
+            "resource": {
+                "prefect.resource.id": f"prefect.task-run.{task_run_id}",
+                "prefect.resource.name": inv.run_name, "prefect.orchestration": "client",
+                "prefect.state-name": name, "prefect.state-type": kind,
+                "prefect.run-count": str(max(inv.attempts, 1)),
+                "prefect.state-message": message or "",
+                "prefect.state-timestamp": when.isoformat(),
+            },
+            "related": self._related,
+            "payload": {
+                "intended": {"from": None, "to": kind},
+                "validated_state": {"type": kind, "name": name, "message": message,
+                                    "state_details": {}, "data": None},
+                "task_run": run,
+            },
+        }
+
+    def _run_fields(self, inv: Invocation, upstream: str | None) -> dict[str, Any]:
+        inputs: dict[str, Any] = {}
+        if upstream:
+            inputs["wait_for"] = [{"input_type": "task_run", "id": upstream}]
+        if self.parent_task_run_id:
+            inputs["__parents__"] = [{"input_type": "task_run", "id": self.parent_task_run_id}]
+        return {"name": inv.run_name, "task_key": f"{inv.step.kind}-{inv.step.name}",
+                "dynamic_key": inv.run_name, "tags": self.tags, "task_inputs": inputs,
+                "empirical_policy": {"retries": inv.step.retries,
+                                     "retry_delay": inv.step.retry_delay_seconds}}
+
+    def started(self, task_run_id: str, inv: Invocation, upstream: str | None,
+                when: dt.datetime) -> None:
+        run = {**self._run_fields(inv, upstream), "run_count": 1, "start_time": when.isoformat(),
+               "expected_start_time": when.isoformat()}
+        self._push(self._event(task_run_id, inv, "RUNNING", "Running", None, when, run))
+
+    def finished(self, task_run_id: str, inv: Invocation, upstream: str | None,
+                 start: dt.datetime, end: dt.datetime) -> None:
+        kind, name, message = _state(inv)
+        run = {**self._run_fields(inv, upstream), "run_count": max(inv.attempts, 1),
+               "start_time": start.isoformat(), "end_time": end.isoformat(),
+               "expected_start_time": start.isoformat(),
+               "total_run_time": (end - start).total_seconds()}
+        self._push(self._event(task_run_id, inv, kind, name, message, end, run))
+
+    def _push(self, event: dict[str, Any]) -> None:
+        self._buffer.append(event)
+        if len(self._buffer) >= _FLUSH_EVENTS:
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _FLUSH_SECONDS)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Post every buffered event, with retries; count what could not be sent."""
+        while self._buffer:
+            batch, self._buffer = self._buffer[:_FLUSH_EVENTS], self._buffer[_FLUSH_EVENTS:]
+            await self._post(batch)
+
+    async def _post(self, batch: list[dict[str, Any]]) -> None:
+        for attempt in range(1, _POST_ATTEMPTS + 1):
+            try:
+                response = await self._client._client.post("/events", json=batch)
+                response.raise_for_status()
+                self.sent += len(batch)
+                return
+            except Exception as exc:
+                if attempt == _POST_ATTEMPTS:
+                    self.lost += len(batch)
+                    logger.error("could not record %d task-run events in Prefect: %s",
+                                 len(batch), exc)
+                    return
+                await asyncio.sleep(0.2 * 2**attempt)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
+        if self._client is not None:
+            await self._client.__aexit__(None, None, None)
+            self._client = None
+
+
+class EventStepRunner(LocalStepRunner):
+    """Runs calls in plain asyncio (retries and timeouts as `LocalStepRunner`) and records
+    each as its own Prefect task run through a `TaskRunRecorder`."""
+
+    def __init__(self, recorder: TaskRunRecorder) -> None:
+        self.recorder = recorder
+
+    async def run(self, inv: Invocation, upstream: Any) -> None:
+        task_run_id = str(uuid.uuid4())
+        start = _now()
+        self.recorder.started(task_run_id, inv, upstream, start)
+        await super().run(inv, upstream)
+        self.recorder.finished(task_run_id, inv, upstream, start, _now())
+        inv.handle = task_run_id

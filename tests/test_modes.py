@@ -1,0 +1,101 @@
+"""The fast mode (calls in asyncio, recorded through bulk events) against the engine mode
+(a Prefect task engine run per call): same results, same task-run records.
+
+This is also the contract test of the event format `_events.py` sends, which is internal
+to Prefect: rows are recorded that way and read back through the Prefect API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment, task
+
+CALLS: dict[str, int] = {}
+
+
+@task(retries=2, retry_delay_seconds=0)
+async def first(row: Row) -> TaskResult | None:
+    key = f"{row.sid}:{row.attempt_key}"
+    CALLS[key] = CALLS.get(key, 0) + 1
+    if row.kind == "flaky" and CALLS[key] < 2:
+        raise ConnectionError("flaky model")
+    if row.kind == "broken":
+        raise ValueError("always broken")
+    if row.kind == "skip":
+        return None
+    return TaskResult(evaluated_model_output=row.text.upper(), tags={"k": row.kind})
+
+
+@evaluator(timeout_seconds=0.5)
+async def slow_judge(row: Row, task_result: TaskResult) -> EvaluationResult:
+    if row.kind == "hang":
+        await asyncio.sleep(30)
+    return EvaluationResult(pass_=task_result.evaluated_model_output.isupper(), score_raw=0.5)
+
+
+@evaluator
+def length(task_result: TaskResult) -> float:
+    return float(len(task_result.evaluated_model_output))
+
+
+@task
+def second(parent: Parent) -> str:
+    return f"{parent.task.evaluated_model_output}:{parent.find_eval_result('length').score_raw}"
+
+
+KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok"]
+COLUMNS = ["sid", "link_index", "task_name", "evaluator_name", "status", "error_stage", "pass",
+           "score", "task_output", "task_tags", "task_attempts", "evaluation_attempts", "error_type"]
+
+
+async def _runs(flow_run_id: str) -> list[Any]:
+    async with get_client() as client:
+        return await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+
+
+def _run(mode: str, results_dir: Path) -> tuple[pd.DataFrame, list[Any]]:
+    data = [{"kind": k, "text": f"t{i}", "attempt_key": mode} for i, k in enumerate(KINDS)]
+    exp = run_experiment("modes", data=data, experiment_name=mode, mode=mode,  # type: ignore[arg-type]
+                         chain=[{"task": first, "evaluators": [slow_judge, length]},
+                                {"task": second}],
+                         results_dir=results_dir, print_summary=False, max_concurrency=3)
+    df = exp.to_dataframe()[COLUMNS].sort_values(["sid", "link_index", "evaluator_name"],
+                                                 na_position="first").reset_index(drop=True)
+    return df, asyncio.run(_runs(exp.manifest["flow_run_id"]))
+
+
+def _shape(runs: list[Any]) -> dict[str, tuple[str, str, int, list[str]]]:
+    names = {str(r.id): r.name for r in runs}
+    return {r.name: (r.state.type.value, r.state.name, r.run_count,
+                     sorted(names.get(str(i.id), "?") for i in r.task_inputs.get("wait_for", [])))
+            for r in runs}
+
+
+@pytest.mark.parametrize("mode", ["fast"])
+def test_fast_mode_matches_engine_mode(prefect_server: str, results_dir: Path, mode: str) -> None:
+    engine_df, engine_runs = _run("engine", results_dir)
+    fast_df, fast_runs = _run(mode, results_dir)
+    pd.testing.assert_frame_equal(engine_df, fast_df)
+    assert engine_df.set_index(["sid", "link_index"]).loc[("2", 0), "task_attempts"].tolist() == [2, 2]
+    assert set(engine_df["error_type"].dropna()) == {"ValueError", "TimeoutError"}
+    engine, fast = _shape(engine_runs), _shape(fast_runs)
+    assert fast == engine
+    assert engine["first-3"] == ("FAILED", "Failed", 3, [])
+    assert engine["slow_judge-5"][:2] == ("FAILED", "TimedOut")
+    assert engine["length-1"] == ("COMPLETED", "Completed", 1, ["first-1"])
+    assert "second-1-link1" in engine and "second-4-link1" not in engine
+    for run in fast_runs:  # full records: times, key, tags, flow run
+        assert run.start_time is not None and run.end_time is not None
+        assert run.start_time <= run.end_time and run.flow_run_id is not None
+        assert run.task_key in {"task-first", "task-second", "evaluator-slow_judge",
+                                "evaluator-length"}
+        assert {"project:modes", "experiment:fast"} <= set(run.tags)
