@@ -20,6 +20,7 @@ from ._exceptions import (  # noqa: E402
     ExperimentError,
     InvalidResultError,
     PatronusTasksError,
+    QualityGateError,
     RemoteAPIError,
     UnparseableResponseError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Link",
     "Parent",
     "PatronusTasksError",
+    "QualityGateError",
     "RemoteAPIError",
     "RemoteEvaluator",
     "Row",

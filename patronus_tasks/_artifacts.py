@@ -21,6 +21,7 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
+from prefect.client.orchestration import get_client
 
 from ._records import STATUS_ERROR
 from ._summary import Summary
@@ -106,6 +107,7 @@ class ProgressArtifact:
         self._done, self._total, self._interval = done, max(total, 1), interval
         self._task: asyncio.Task[None] | None = None
         self._id: Any = None
+        self._client: Any = None
         self._posted = 0.0
 
     def _percent(self) -> float:
@@ -114,7 +116,7 @@ class ProgressArtifact:
     async def _post(self) -> None:
         now = self._percent()
         if now != self._posted:
-            await aupdate_progress_artifact(self._id, now)
+            await aupdate_progress_artifact(self._id, now, client=self._client)
             self._posted = now
 
     async def _loop(self) -> None:
@@ -125,6 +127,8 @@ class ProgressArtifact:
     async def __aenter__(self) -> ProgressArtifact:
         self._id = await acreate_progress_artifact(0.0, key=self.key,
                                                    description="rows completed (%)")
+        self._client = get_client()
+        await self._client.__aenter__()
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -135,3 +139,4 @@ class ProgressArtifact:
                 await self._task
         if self._id is not None:
             await self._post()  # the final figure, whatever the last tick showed
+        await self._client.__aexit__(None, None, None)

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import _experiment
 from ._compare import compare_experiments
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, QualityGateError
 from ._experiment import Experiment, ExperimentSpec
 from ._gates import failed_gates, parse_thresholds
 from ._records import STATUS_ERROR
@@ -122,7 +122,11 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
         max_concurrency: Annotated[int | None, typer.Option(min=1)] = None,
         results_dir: ResultsDir = None,
         min_pass_rate: Annotated[list[str] | None, typer.Option(
-            help="EVALUATOR=RATE; exit 1 when the pass rate is lower. Repeatable.")] = None) -> None:
+            help="EVALUATOR=RATE; exit 1 when the pass rate is lower. Repeatable.")] = None,
+        resume: Annotated[bool, typer.Option(
+            "--resume", help="Go on with the latest run of this experiment.")] = False,
+        retry_errors: Annotated[bool, typer.Option(
+            "--retry-errors", help="Re-run only the rows that failed.")] = False) -> None:
     """Run the experiment(s) a Python file defines, with a progress bar."""
     try:
         thresholds = parse_thresholds(min_pass_rate or [])
@@ -131,16 +135,22 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
     fn = _entry(target)
     given = {"data": data, "experiment_name": experiment_name,
              "max_concurrency": max_concurrency,
-             "results_dir": str(results_dir) if results_dir else None}
+             "results_dir": str(results_dir) if results_dir else None,
+             "resume": resume or None, "retry_errors": retry_errors or None}
     kwargs = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
     try:
         with _progress_bar() as finished:
             fn(**kwargs)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
+    except QualityGateError as exc:
+        gate_errors = exc.failures  # the experiment's own gates; reported below
+    else:
+        gate_errors = []
     if not finished:
         raise _usage(f"{target} ran no experiment")
-    failures = [f"{e.name}: {m}" for e in finished for m in failed_gates(e.summary(), thresholds)]
+    failures = gate_errors + [f"{e.name}: {m}" for e in finished
+                              for m in failed_gates(e.summary(), thresholds)]
     for message in failures:
         _say("gate failed", message)
     raise typer.Exit(EXIT_GATE if failures else EXIT_OK)

@@ -7,9 +7,11 @@ engine, in batches through ``POST /api/events``, at a fraction of the engine's C
 The event format is Prefect's internal contract (checked against Prefect 3.8 and 3.9 by
 ``tests/test_events_contract.py``).
 
-Each call gets a ``Running`` event when it starts and a final one (``Completed``,
-``Failed`` or ``TimedOut``) when it ends, with the task run's name, key, start and end
-time, run count, tags, its upstream call (``wait_for``) and its parent (``__parents__``).
+Each call is recorded by one event, its final state (``Completed``, ``Failed`` or
+``TimedOut``), carrying the task run's name, key, start and end time, run count, tags,
+its upstream call (``wait_for``) and its parent (``__parents__``). The ``Running`` state
+is not sent: one event per call halves what the server must ingest, and the server's
+ingestion, not the client, is what limits how soon every call is visible.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import uuid
 from typing import Any
 
+import orjson
 from prefect.client.orchestration import get_client
 
 from ._runner import Invocation, LocalStepRunner
@@ -104,12 +107,6 @@ class TaskRunRecorder:
                 "empirical_policy": {"retries": inv.step.retries,
                                      "retry_delay": inv.step.retry_delay_seconds}}
 
-    def started(self, task_run_id: str, inv: Invocation, upstream: str | None,
-                when: dt.datetime) -> None:
-        run = {**self._run_fields(inv, upstream), "run_count": 1, "start_time": when.isoformat(),
-               "expected_start_time": when.isoformat()}
-        self._push(self._event(task_run_id, inv, "RUNNING", "Running", None, when, run))
-
     def finished(self, task_run_id: str, inv: Invocation, upstream: str | None,
                  start: dt.datetime, end: dt.datetime) -> None:
         kind, name, message = _state(inv)
@@ -140,7 +137,9 @@ class TaskRunRecorder:
     async def _post(self, batch: list[dict[str, Any]]) -> None:
         for attempt in range(1, _POST_ATTEMPTS + 1):
             try:
-                response = await self._client._client.post("/events", json=batch)
+                response = await self._client._client.post(
+                    "/events", content=orjson.dumps(batch),
+                    headers={"content-type": "application/json"})
                 response.raise_for_status()
                 self.sent += len(batch)
                 return
@@ -174,7 +173,6 @@ class EventStepRunner(LocalStepRunner):
     async def run(self, inv: Invocation, upstream: Any) -> None:
         task_run_id = str(uuid.uuid4())
         start = _now()
-        self.recorder.started(task_run_id, inv, upstream, start)
         await super().run(inv, upstream)
         self.recorder.finished(task_run_id, inv, upstream, start, _now())
         inv.handle = task_run_id

@@ -10,6 +10,7 @@ The tree, small on purpose::
     ├── RemoteAPIError              an HTTP API call failed after its retries
     │   └── UnparseableResponseError   a model answered, but not in the asked-for form
     └── ExperimentError             the experiment ran but cannot be finished or reported
+        └── QualityGateError        it finished, but a gate (errors, pass rates) failed
 
 A `ConfigError` always says what was wrong, where (file, row, field or parameter) and
 how to fix it. Runtime failures of user code are never raised out of an experiment:
@@ -58,3 +59,15 @@ class UnparseableResponseError(RemoteAPIError):
 
 class ExperimentError(PatronusTasksError, RuntimeError):
     """An experiment could not be run to the end or its results not be written."""
+
+
+class QualityGateError(ExperimentError):
+    """An experiment finished, its results written, but failed a quality gate.
+
+    ``failures`` says which gates, ``experiment`` is the finished `Experiment`.
+    """
+
+    def __init__(self, failures: list[str], experiment: object) -> None:
+        super().__init__("quality gate failed: " + "; ".join(failures))
+        self.failures = failures
+        self.experiment = experiment

@@ -3,123 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import datetime as dt
 import json
+import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pandas as pd
 
-from . import _parquet
-from ._chain import Link, build_chain
-from ._dataset import DataInput, Dataset, load_dataset
-from ._exceptions import ConfigError
-from ._params import ROW_FIELDS
+from . import _parquet, _resume
+from ._dataset import DataInput
+from ._exceptions import ConfigError, QualityGateError
+from ._gates import error_gate, failed_gates
 from ._records import STATUS_ERROR
 from ._runner import LocalStepRunner, RowRunner, StepRunner, run_rows
-from ._settings import default_results_dir
+from ._spec import ExperimentSpec, Mode, make_spec
 from ._steps import Evaluator, Task
 from ._summary import Summary, summarize
+from ._threads import DaemonThreadPool
 
 T = TypeVar("T")
 Orchestrator = Literal["prefect", "local"]
-Mode = Literal["engine", "fast"]
-
-
-@dataclass
-class ExperimentSpec:
-    """Everything needed to run one experiment, checked before any call is made."""
-
-    project_name: str
-    experiment_name: str
-    dataset: Dataset
-    links: tuple[Link, ...]
-    tags: dict[str, str]
-    max_concurrency: int
-    out_dir: Path
-    mode: Mode = "engine"
-    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def prefect_tags(self) -> list[str]:
-        return [f"project:{self.project_name}", f"experiment:{self.experiment_name}",
-                *(f"{k}:{v}" for k, v in self.tags.items())]
-
-    def steps(self) -> list[Task | Evaluator]:
-        """Every task and evaluator of the chain, each once."""
-        found: dict[int, Task | Evaluator] = {}
-        for link in self.links:
-            for step in ([link.task] if link.task else []) + list(link.evaluators):
-                found.setdefault(id(step), step)
-        return list(found.values())
-
-    def chain_order(self) -> list[tuple[int, str]]:
-        return [(i, ev.name) for i, link in enumerate(self.links) for ev in link.evaluators]
-
-
-def _check_columns(links: Sequence[Link], dataset: Dataset) -> None:
-    """Fail before any call when a step needs a column the dataset does not have."""
-    columns = set(dataset.columns)
-    for idx, link in enumerate(links):
-        for step in ([link.task] if link.task else []) + list(link.evaluators):
-            needed = sorted(n for n in step.signature.required if n in ROW_FIELDS)
-            if isinstance(step, Evaluator) and any(lk.task for lk in links[: idx + 1]):
-                needed = [n for n in needed if n != "evaluated_model_output"]
-            missing = [n for n in needed if n not in columns]
-            if missing:
-                raise ConfigError(
-                    f"{step.kind} {step.name!r} (chain link {idx}) needs column {missing[0]!r}, "
-                    f"which {dataset.source or 'the dataset'} lacks. Columns: "
-                    f"{', '.join(sorted(columns))}. Add the column, map one onto it "
-                    f"({missing[0]}_field= in read_csv/read_jsonl), or give the parameter a default."
-                )
-
-
-def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
-    tags = dict(tags or {})
-    bad = [k for k, v in tags.items() if not isinstance(k, str) or not isinstance(v, str)]
-    if bad:
-        raise ConfigError(f"tags must map str to str; fix the values of {bad} (use str()).")
-    return tags
-
-
-def _free_dir(results_dir: Path, project: str, name: str) -> Path:
-    """The experiment's folder; a finished run of the same name keeps its own."""
-    base = _parquet.experiment_dir(results_dir, project, name)
-    path, n = base, 1
-    while (path / _parquet.RESULTS_FILE).exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
-def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
-              evaluators: Sequence[Evaluator] | None = None,
-              chain: Sequence[Mapping[str, Any]] | None = None,
-              tags: Mapping[str, str] | None = None, experiment_name: str | None = None,
-              max_concurrency: int = 10, results_dir: str | Path | None = None,
-              mode: Mode = "engine") -> ExperimentSpec:
-    """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
-    if not project_name or not isinstance(project_name, str):
-        raise ConfigError("project_name must be a non-empty string.")
-    if mode not in ("engine", "fast"):
-        raise ConfigError(f"mode must be 'engine' or 'fast', not {mode!r}.")
-    if not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ConfigError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
-    links = build_chain(task, evaluators, chain)
-    dataset = load_dataset(data)
-    _check_columns(links, dataset)
-    name = experiment_name or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
-    root = Path(results_dir) if results_dir is not None else default_results_dir()
-    return ExperimentSpec(project_name, name, dataset, links, _check_tags(tags),
-                          max_concurrency, _free_dir(root, project_name, name), mode)
 
 
 #: Called as ``listener(spec, rows_done)`` after each row; the command line's progress bar.
@@ -133,10 +44,13 @@ class _Tally:
 
     def __init__(self) -> None:
         self.rows = self.records = self.task_errors = self.evaluator_errors = 0
+        self.errored_rows = 0
 
     def add(self, records: list[dict[str, Any]]) -> None:
         self.rows += 1
         self.records += len(records)
+        if any(r.get("status") == STATUS_ERROR for r in records):
+            self.errored_rows += 1
         for r in records:
             if r.get("status") == STATUS_ERROR:
                 if r.get("error_stage") == "evaluator":
@@ -164,7 +78,7 @@ def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.date
         "experiment_id": spec.experiment_id, "status": status, "tags": spec.tags,
         "flow_run_id": flow_run_id, "started_at": started.isoformat(), "ended_at": ended,
         "rows": tally.rows, "records": tally.records, "task_errors": tally.task_errors,
-        "evaluator_errors": tally.evaluator_errors,
+        "evaluator_errors": tally.evaluator_errors, "errored_rows": tally.errored_rows,
         "dataset": {"source": spec.dataset.source, "rows": len(spec.dataset),
                     "sha256": spec.dataset.content_hash()},
         "links": [{"task": lk.task.name if lk.task else None,
@@ -190,6 +104,8 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     experiment minus orchestration: the Prefect flow is a thin wrapper around it.
     """
     started = dt.datetime.now(dt.UTC)
+    replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
+              else None)
     sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df)
     tally = tally or _Tally()
     _write_manifest(spec, _manifest(spec, tally, "running", started, flow_run_id))
@@ -200,20 +116,37 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
         for listener in progress_listeners:
             listener(spec, tally.rows)
 
-    with ThreadPoolExecutor(max_workers=spec.max_concurrency) as pool:
-        row_runner = RowRunner(spec.links, runner, tags=spec.tags,
-                               limit=spec.max_concurrency, pool=pool)
-        try:
-            await run_rows(spec.dataset.rows(), row_runner, spec.max_concurrency, on_records)
-        except BaseException:
-            # Interrupted: keep every completed row as a part, and say so.
-            sink.flush()
-            _write_manifest(spec, _manifest(spec, tally, "interrupted", started, flow_run_id))
-            raise
+    rows = spec.dataset.rows()
+    if replay is not None:
+        for records in replay.reused_records():  # completed before: no call at all
+            on_records(records)
+        rows = (row for row in rows if replay.wanted(row.sid))
+    pool = DaemonThreadPool(spec.max_concurrency)
+    row_runner = RowRunner(spec.links, runner, tags=spec.tags, limit=spec.max_concurrency,
+                           pool=pool, replay=replay)
+    try:
+        await run_rows(rows, row_runner, spec.max_concurrency, on_records)
+    except BaseException:
+        # Interrupted: keep every completed row as a part, and say so.
+        sink.flush()
+        _write_manifest(spec, _manifest(spec, tally, "interrupted", started, flow_run_id))
+        raise
+    finally:
+        pool.shutdown(wait=False)  # a call stuck in user code must not hold the process
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
     sink.finalize(manifest)
+    _resume.finish(spec.out_dir)
     _write_manifest(spec, manifest)
     return manifest, row_runner.calls
+
+
+def gate_failures(spec: ExperimentSpec, experiment: Experiment) -> list[str]:
+    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``) say is wrong."""
+    m = experiment.manifest
+    failures = error_gate(int(m.get("errored_rows", 0)), int(m.get("rows", 0)), spec.fail_on_error)
+    if spec.min_pass_rates:
+        failures += failed_gates(experiment.summary(), spec.min_pass_rates)
+    return failures
 
 
 class Experiment:
@@ -267,13 +200,17 @@ class Experiment:
 
 
 async def _run(spec: ExperimentSpec, orchestrator: Orchestrator) -> Experiment:
-    if orchestrator == "local":
-        await execute(spec, LocalStepRunner())
-    else:
+    if orchestrator == "prefect":
         from ._orchestrate import run_on_prefect
 
-        await run_on_prefect(spec)
-    return Experiment(spec.out_dir)
+        await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
+        return Experiment(spec.out_dir)
+    await execute(spec, LocalStepRunner())
+    experiment = Experiment(spec.out_dir)
+    failures = gate_failures(spec, experiment)
+    if failures:
+        raise QualityGateError(failures, experiment)
+    return experiment
 
 
 async def arun_experiment(project_name: str, *, data: DataInput, task: Task | None = None,
@@ -283,26 +220,56 @@ async def arun_experiment(project_name: str, *, data: DataInput, task: Task | No
                           experiment_name: str | None = None, max_concurrency: int = 10,
                           results_dir: str | Path | None = None,
                           orchestrator: Orchestrator = "prefect", mode: Mode = "engine",
+                          resume: bool = False, retry_errors: bool = False,
+                          experiment_id: str | None = None,
+                          fail_on_error: int | float | None = None,
+                          min_pass_rates: Mapping[str, float] | None = None,
                           print_summary: bool = True) -> Experiment:
     """Run an experiment (async form of `run_experiment`)."""
     if orchestrator not in ("prefect", "local"):
         raise ConfigError(f"orchestrator must be 'prefect' or 'local', not {orchestrator!r}.")
     spec = make_spec(project_name, data=data, task=task, evaluators=evaluators, chain=chain,
                      tags=tags, experiment_name=experiment_name,
-                     max_concurrency=max_concurrency, results_dir=results_dir, mode=mode)
+                     max_concurrency=max_concurrency, results_dir=results_dir, mode=mode,
+                     resume=resume, retry_errors=retry_errors, experiment_id=experiment_id,
+                     fail_on_error=fail_on_error, min_pass_rates=min_pass_rates)
     steps = spec.steps()
     try:
         for step in steps:  # look-ups and connections, before any row is run
             await step.setup()
         experiment = await _run(spec, orchestrator)
+    except QualityGateError as exc:
+        _finished(exc.experiment, print_summary)  # type: ignore[arg-type]
+        raise
     finally:
         for step in steps:
             await step.aclose()
+    _finished(experiment, print_summary)
+    return experiment
+
+
+def _finished(experiment: Experiment, print_summary: bool) -> None:
     for listener in finished_listeners:
         listener(experiment)
     if print_summary:
         print(experiment.format_summary())
-    return experiment
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM interrupts like Ctrl-C, so completed rows are flushed and the run marked."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -312,7 +279,8 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
     except RuntimeError:
         running = False  # not inside the except block: user tracebacks must not chain to it
     if not running:
-        return asyncio.run(coro)
+        with _sigterm_as_interrupt():
+            return asyncio.run(coro)
     # Called from running async code (a notebook, an async flow): use a loop of our own.
     ctx = contextvars.copy_context()
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -325,6 +293,9 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
                    tags: Mapping[str, str] | None = None, experiment_name: str | None = None,
                    max_concurrency: int = 10, results_dir: str | Path | None = None,
                    orchestrator: Orchestrator = "prefect", mode: Mode = "engine",
+                   resume: bool = False, retry_errors: bool = False,
+                   experiment_id: str | None = None, fail_on_error: int | float | None = None,
+                   min_pass_rates: Mapping[str, float] | None = None,
                    print_summary: bool = True) -> Experiment:
     """Run an experiment: every row through the task and evaluators (or the ``chain``).
 
@@ -335,10 +306,19 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
     and timeouts); ``mode="fast"`` runs calls in plain asyncio with the same retries and
     timeouts and records each as its own task run through bulk events, at a fraction of
     the CPU: for large experiments.
+
+    ``resume=True`` goes on with the latest run of ``experiment_name`` (or the run whose
+    ``experiment_id`` is given): rows completed there are reused, missing and failed ones
+    run (steps that completed inside failed rows are replayed, not called again);
+    ``retry_errors=True`` re-runs only the rows that failed. ``fail_on_error`` (a row
+    count, or a fraction as a float) and ``min_pass_rates`` ({evaluator: rate}) are
+    gates: when one fails, the results are still written, the flow run ends Failed and
+    `QualityGateError` is raised.
     Results stream to ``<results_dir>/<project>/<experiment>/results.parquet``.
     """
     return _run_sync(arun_experiment(
         project_name, data=data, task=task, evaluators=evaluators, chain=chain, tags=tags,
         experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir, orchestrator=orchestrator, mode=mode,
-        print_summary=print_summary))
+        results_dir=results_dir, orchestrator=orchestrator, mode=mode, resume=resume,
+        retry_errors=retry_errors, experiment_id=experiment_id, fail_on_error=fail_on_error,
+        min_pass_rates=min_pass_rates, print_summary=print_summary))

@@ -39,3 +39,28 @@ def failed_gates(summary: Summary, min_pass_rates: Mapping[str, float]) -> list[
                 messages.append(f"{name} [link {s.link_index}]: pass rate {shown} is below "
                                 f"{threshold:.1%}")
     return messages
+
+
+def check_fail_on_error(value: int | float | None) -> None:
+    """A `ConfigError` unless ``value`` is None, a count >= 0 or a fraction in [0, 1]."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+            or (isinstance(value, float) and value > 1):
+        raise ConfigError(f"fail_on_error must be a row count (int >= 0) or a fraction "
+                          f"(float from 0 to 1), not {value!r}.")
+
+
+def error_gate(errored_rows: int, rows: int, fail_on_error: int | float | None) -> list[str]:
+    """A message when more rows errored than ``fail_on_error`` allows (a count or fraction)."""
+    if fail_on_error is None:
+        return []
+    if isinstance(fail_on_error, float):
+        share = errored_rows / rows if rows else 0.0
+        if share > fail_on_error:
+            return [f"{errored_rows} of {rows} rows errored ({share:.1%}), "
+                    f"more than fail_on_error={fail_on_error:.1%}"]
+        return []
+    if errored_rows > fail_on_error:
+        return [f"{errored_rows} rows errored, more than fail_on_error={fail_on_error}"]
+    return []

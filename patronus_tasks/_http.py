@@ -25,11 +25,22 @@ logger = logging.getLogger("patronus_tasks.http")
 _RETRY_AFTER_CAP = 60.0
 
 
+#: Connections per httpx pool. httpcore scans every connection of a pool for every
+#: request, so one pool of hundreds of connections costs milliseconds of CPU per request;
+#: several small pools keep that scan short (see bench/README.md).
+POOL_SHARD = 32
+
+
 @dataclass
 class _LoopState:
-    client: httpx.AsyncClient
+    clients: list[httpx.AsyncClient]
     slots: asyncio.Semaphore
     in_flight: int = 0
+    turn: int = 0
+
+    def client(self) -> httpx.AsyncClient:
+        self.turn = (self.turn + 1) % len(self.clients)
+        return self.clients[self.turn]
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -86,11 +97,13 @@ class Endpoint:
         loop = asyncio.get_running_loop()
         state = self._states.get(loop)
         if state is None:
-            limits = httpx.Limits(max_connections=self.max_in_flight,
-                                  max_keepalive_connections=self.max_in_flight)
-            client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
-                                       timeout=self.timeout, limits=limits)
-            state = _LoopState(client, asyncio.Semaphore(self.max_in_flight))
+            shards = -(-self.max_in_flight // POOL_SHARD)
+            size = -(-self.max_in_flight // shards)
+            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+            clients = [httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
+                                         timeout=self.timeout, limits=limits)
+                       for _ in range(shards)]
+            state = _LoopState(clients, asyncio.Semaphore(self.max_in_flight))
             self._states[loop] = state
         return state
 
@@ -127,7 +140,7 @@ class Endpoint:
         async with state.slots:
             state.in_flight += 1
             try:
-                response = await state.client.request(method, path, **kwargs)
+                response = await state.client().request(method, path, **kwargs)
             except httpx.TransportError as exc:
                 return None, f"{type(exc).__name__}"
             finally:
@@ -149,7 +162,8 @@ class Endpoint:
         except RuntimeError:
             return
         if state is not None:
-            await state.client.aclose()
+            for client in state.clients:
+                await client.aclose()
 
 
 def _failure(method: str, path: str, response: httpx.Response) -> str:

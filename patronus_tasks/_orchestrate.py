@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from typing import Any
 
 from . import _artifacts, _prefect
 from ._events import EventStepRunner, TaskRunRecorder
-from ._experiment import Experiment, ExperimentSpec, _Tally, execute
+from ._exceptions import QualityGateError
+from ._experiment import Experiment, ExperimentSpec, _Tally, execute, gate_failures
 
 logger = logging.getLogger("patronus_tasks")
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
@@ -34,20 +36,36 @@ async def _publish(spec: ExperimentSpec) -> None:
                              experiment.results_path)
 
 
-async def run_on_prefect(spec: ExperimentSpec) -> dict[str, Any]:
-    """Run the experiment as one flow run; return once the server has recorded it all."""
+async def run_on_prefect(spec: ExperimentSpec) -> None:
+    """Run the experiment as one flow run; return once the server has recorded it all.
 
-    async def body() -> tuple[dict[str, Any], int]:
+    A failed gate fails the flow run (after results and artifacts are written) and
+    raises `QualityGateError`; an interrupt (Ctrl-C, SIGTERM, cancellation) marks the flow
+    run Cancelled, its completed rows kept for a resume.
+    """
+    run: dict[str, Any] = {"calls": 0}
+
+    async def body() -> None:
+        run["flow_run_id"] = _prefect.current_flow_run_id()
         tally = _Tally()
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):
-            outcome = await _execute(spec, _prefect.current_flow_run_id(), tally)
+            _, run["calls"] = await _execute(spec, run["flow_run_id"], tally)
         await _publish(spec)
-        return outcome
+        experiment = Experiment(spec.out_dir)
+        failures = gate_failures(spec, experiment)
+        if failures:
+            raise QualityGateError(failures, experiment)
 
     started = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    manifest, calls = await _prefect.run_as_flow(
-        body, flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
-        run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags)
-    await _prefect.wait_until_recorded(manifest["flow_run_id"], calls)
-    return manifest
+    try:
+        await _prefect.run_as_flow(
+            body, flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
+            run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags)
+    except BaseException as exc:
+        if run.get("flow_run_id") and not isinstance(exc, Exception):
+            await asyncio.shield(_prefect.mark_cancelled(run["flow_run_id"], repr(exc)))
+        raise
+    finally:
+        if run.get("flow_run_id"):
+            await asyncio.shield(_prefect.wait_until_recorded(run["flow_run_id"], run["calls"]))

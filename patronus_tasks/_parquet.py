@@ -1,15 +1,16 @@
 """Streaming results to Parquet: a journal and part files while running, one file at the end.
 
-Each completed row's records are appended at once to a journal (an Arrow IPC stream,
-flushed per row), so a crash or SIGKILL loses no completed row: a journal's truncated
-tail is skipped when read. When a batch is full it is written as a numbered Parquet
-part (temporary name, then renamed) and its journal removed; a journal whose part
-exists is ignored, so nothing is read twice. `finalize` streams the parts into
+Each completed row's records are appended at once to a journal (JSON lines, one write
+per row, the Arrow schema on its first line), so a crash or SIGKILL loses no completed
+row: a line cut short by a crash is skipped when read. When a batch is full it is
+written as a numbered Parquet part (temporary name, then renamed) and its journal
+removed; a journal whose part exists is ignored, so nothing is read twice. `finalize` streams the parts into
 ``results.parquet`` (again via a temporary name) and removes them.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +28,7 @@ from ._exceptions import ConfigError
 from ._records import FIXED_SCHEMA, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
+PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see _resume.py)
 MANIFEST_FILE = "manifest.json"
 PARTS_DIR = "parts"
 METADATA_KEY = b"patronus_tasks"
@@ -81,10 +84,9 @@ class ParquetSink:
         self.out_dir = out_dir
         self.parts = out_dir / PARTS_DIR
         self.batch_rows, self.flush_seconds = batch_rows, flush_seconds
-        self._batches: list[pa.RecordBatch] = []
-        self._buffered = 0
+        self._buffer: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
-        _make_writable(self.parts)
+        make_writable(self.parts)
         _adopt_journals(self.parts)
         self._part_count = len(list(self.parts.glob("part-*.parquet")))
         self._journal: Any = None
@@ -98,35 +100,32 @@ class ParquetSink:
         for record in records:
             for column in self._text_columns.intersection(record):
                 record[column] = _text(record[column])
-        batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
         if self._journal is None:
-            sink = pa.OSFile(str(self._journal_path()), "wb")
-            self._journal = (sink, pa.ipc.new_stream(sink, self.schema))
-        self._journal[1].write_batch(batch)
-        self._journal[0].flush()
-        self._batches.append(batch)
-        self._buffered += batch.num_rows
+            self._journal = self._journal_path().open("wb", buffering=0)
+            self._journal.write(_schema_line(self.schema))
+        self._journal.write(orjson.dumps(records, default=_json_default,
+                                         option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        self._buffer.extend(records)
         due = time.monotonic() - self._last_flush >= self.flush_seconds
-        if self._buffered >= self.batch_rows or due:
+        if len(self._buffer) >= self.batch_rows or due:
             self.flush()
 
     def flush(self) -> None:
         """Write the journalled records as one part file and drop the journal."""
         self._last_flush = time.monotonic()
-        if not self._batches:
+        if not self._buffer:
             return
         path = self.parts / f"part-{self._part_count:06d}.parquet"
-        _write_atomic(pa.Table.from_batches(self._batches, self.schema), path)
+        _write_atomic(pa.Table.from_pylist(self._buffer, schema=self.schema), path)
         self._close_journal()
         self._journal_path().unlink(missing_ok=True)
         self._part_count += 1
-        self.records_written += self._buffered
-        self._batches, self._buffered = [], 0
+        self.records_written += len(self._buffer)
+        self._buffer = []
 
     def _close_journal(self) -> None:
         if self._journal is not None:
-            self._journal[1].close()
-            self._journal[0].close()
+            self._journal.close()
             self._journal = None
 
     def finalize(self, metadata: Mapping[str, Any]) -> Path:
@@ -140,9 +139,7 @@ class ParquetSink:
                 writer.write_table(pq.read_table(part, schema=self.schema).replace_schema_metadata(
                     schema.metadata))
         os.replace(tmp, final)
-        for leftover in self.parts.iterdir():
-            leftover.unlink()
-        self.parts.rmdir()
+        remove_parts(self.out_dir)
         return final
 
 
@@ -152,7 +149,7 @@ def _write_atomic(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _make_writable(path: Path) -> None:
+def make_writable(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
@@ -165,41 +162,88 @@ def _make_writable(path: Path) -> None:
         ) from None
 
 
-def _read_journal(path: Path) -> list[pa.RecordBatch]:
-    """The complete batches of a journal; a tail cut short by a crash is skipped."""
-    batches: list[pa.RecordBatch] = []
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _schema_line(schema: pa.Schema) -> bytes:
+    encoded = base64.b64encode(schema.serialize().to_pybytes()).decode()
+    return orjson.dumps({"arrow_schema": encoded}) + b"\n"
+
+
+def _to_table(records: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Records read back from JSON as a table of ``schema``; values JSON could not keep
+    exactly (timestamps, bytes) are cast back from their text form."""
     try:
-        with pa.OSFile(str(path), "rb") as source, pa.ipc.open_stream(source) as reader:
-            for batch in reader:
-                batches.append(batch)
-    except (pa.ArrowInvalid, OSError):
-        pass
-    return batches
+        return pa.Table.from_pylist(records, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.Table.from_arrays([_column(records, f) for f in schema], schema=schema)
+
+
+def _column(records: list[dict[str, Any]], f: pa.Field) -> pa.Array:
+    values = [r.get(f.name) for r in records]
+    if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+        values = [base64.b64decode(v) if isinstance(v, str) else v for v in values]
+        return pa.array(values, f.type)
+    if f.type == pa.null():
+        return pa.nulls(len(values))
+    return pa.array(values).cast(f.type, safe=False)
+
+
+def _read_journal(path: Path) -> pa.Table | None:
+    """A journal's complete lines as a table; a line cut short by a crash is skipped."""
+    schema, records = None, []
+    with path.open("rb") as fh:
+        for line in fh:
+            try:
+                item = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(item, dict) and "arrow_schema" in item:
+                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["arrow_schema"])))
+            elif isinstance(item, list):
+                records.extend(item)
+    if schema is None or not records:
+        return None
+    return _to_table(records, schema)
 
 
 def _adopt_journals(parts_dir: Path) -> None:
     """Turn the journals a crashed run left into parts, so a new writer can go on."""
     for journal in sorted(parts_dir.glob("part-*.journal")):
         part = journal.with_suffix(".parquet")
-        batches = [] if part.exists() else _read_journal(journal)
-        if batches:
-            _write_atomic(pa.Table.from_batches(batches), part)
+        table = None if part.exists() else _read_journal(journal)
+        if table is not None:
+            _write_atomic(table, part)
         journal.unlink()
     # Renumber so parts stay contiguous: part-N is always the next free name.
     for index, part in enumerate(sorted(parts_dir.glob("part-*.parquet"))):
         part.rename(parts_dir / f"part-{index:06d}.parquet")
 
 
-def _unfinished_tables(out_dir: Path) -> list[pa.Table]:
+def unfinished_tables(out_dir: Path) -> list[pa.Table]:
     parts_dir = out_dir / PARTS_DIR
     tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
     for journal in sorted(parts_dir.glob("part-*.journal")):
         if journal.with_suffix(".parquet").exists():
             continue  # written as a part already; the journal was about to go
-        batches = _read_journal(journal)
-        if batches:
-            tables.append(pa.Table.from_batches(batches))
+        table = _read_journal(journal)
+        if table is not None:
+            tables.append(table)
     return tables
+
+
+def remove_parts(out_dir: Path) -> None:
+    """Delete the parts and journals of ``out_dir`` (their records are kept elsewhere)."""
+    parts = out_dir / PARTS_DIR
+    if parts.is_dir():
+        for leftover in parts.iterdir():
+            leftover.unlink()
+        parts.rmdir()
 
 
 def read_results(out_dir: Path) -> pa.Table:
@@ -207,7 +251,13 @@ def read_results(out_dir: Path) -> pa.Table:
     final = out_dir / RESULTS_FILE
     if final.exists():
         return pq.read_table(final)
-    tables = _unfinished_tables(out_dir)
+    tables = unfinished_tables(out_dir)
+    previous = out_dir / PREVIOUS_FILE
+    if previous.exists():  # an interrupted resume: newer records win per sample
+        older = pq.read_table(previous)
+        newer_sids = {s for t in tables for s in t.column("sid").to_pylist()}
+        mask = pa.array([s not in newer_sids for s in older.column("sid").to_pylist()])
+        tables.insert(0, older.filter(mask))
     if not tables:
         raise FileNotFoundError(f"no results in {out_dir}")
     return pa.concat_tables(tables, promote_options="permissive")

@@ -95,16 +95,27 @@ async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_n
         return await experiment_flow()
 
 
-async def count_task_runs(flow_run_id: str) -> int:
+async def mark_cancelled(flow_run_id: str, why: str) -> None:
+    """Force a flow run into Cancelled: it was interrupted, and can be resumed."""
+    from prefect.states import Cancelled
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(message=f"interrupted: {why}"),
+                                        force=True)
+
+
+async def count_task_runs(flow_run_id: str, client: Any = None) -> int:
     """How many task runs of this flow run the server has recorded in a final state."""
     body = {
         "flow_runs": {"id": {"any_": [flow_run_id]}},
         "task_runs": {"state": {"type": {"any_": FINAL_STATES}}},
     }
-    async with get_client() as client:
-        response = await client._client.post("/task_runs/count", json=body)
-        response.raise_for_status()
-        return int(response.json())
+    if client is None:
+        async with get_client() as client:
+            return await count_task_runs(flow_run_id, client)
+    response = await client._client.post("/task_runs/count", json=body)
+    response.raise_for_status()
+    return int(response.json())
 
 
 async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0) -> int:
@@ -114,8 +125,9 @@ async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 
     (and so perhaps stopping the built-in server) before that would lose them.
     """
     deadline = time.monotonic() + timeout
-    seen = await count_task_runs(flow_run_id)
-    while seen < expected and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        seen = await count_task_runs(flow_run_id)
+    async with get_client() as client:  # one client: each new one loads the CA bundle again
+        seen = await count_task_runs(flow_run_id, client)
+        while seen < expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            seen = await count_task_runs(flow_run_id, client)
     return seen

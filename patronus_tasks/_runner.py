@@ -30,6 +30,7 @@ from ._records import (
     task_fields,
 )
 from ._results import EvaluationResult, TaskResult, to_evaluation_result, to_task_result
+from ._resume import TASK, Replay, Replayed
 from ._row import Row
 from ._steps import Evaluator, Step, Task
 
@@ -143,7 +144,8 @@ class RowRunner:
     """Walks rows through the chain's links, calling steps through a `StepRunner`."""
 
     def __init__(self, links: Iterable[Link], runner: StepRunner, *, tags: Mapping[str, str],
-                 limit: int, pool: Executor | None) -> None:
+                 limit: int, pool: Executor | None, replay: Replay | None = None) -> None:
+        self.replay = replay
         self.links = tuple(links)
         self.runner = runner
         self.tags = dict(tags)
@@ -152,9 +154,13 @@ class RowRunner:
         self.calls = 0  # invocations handed to the step runner
 
     async def _call(self, step: Step, idx: int, row: Row, available: dict[str, Any],
-                    upstream: Any) -> Invocation:
+                    upstream: Any, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
         inv = Invocation(step, build_kwargs(step.signature, available),
                          f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""), self.pool)
+        done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
+        if done is not None:  # completed in an earlier run: never asked again
+            inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
+            return inv
         inv.error = _missing_field_error(step, available, row)
         if inv.error is None:
             async with self._slots:
@@ -167,20 +173,22 @@ class RowRunner:
         base = {"sid": row.sid, **row_values(row)}
         records: list[dict[str, Any]] = []
         parent: Parent | None = None
+        replayed = self.replay.steps(row.sid) if self.replay is not None else {}
         for idx, link in enumerate(self.links):
-            parent, stop = await self._run_link(idx, link, row, parent, base, records)
+            parent, stop = await self._run_link(idx, link, row, parent, base, records, replayed)
             if stop:
                 break
         return records
 
     async def _run_link(self, idx: int, link: Link, row: Row, parent: Parent | None,
-                        base: dict[str, Any], records: list[dict[str, Any]]
-                        ) -> tuple[Parent | None, bool]:
+                        base: dict[str, Any], records: list[dict[str, Any]],
+                        replayed: dict[tuple[int, str], Replayed]) -> tuple[Parent | None, bool]:
         head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
         result: TaskResult | None = None
         upstream = None
         if link.task is not None:
-            inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None), None)
+            inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None),
+                                   None, replayed)
             head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
                                     inv.attempts or None))
             if inv.error is not None or inv.value is None:
@@ -192,7 +200,7 @@ class RowRunner:
             result, upstream = inv.value, inv.handle
         available = _available(row, parent, self.tags, result)
         invs = await asyncio.gather(
-            *(self._call(ev, idx, row, available, upstream) for ev in link.evaluators)
+            *(self._call(ev, idx, row, available, upstream, replayed) for ev in link.evaluators)
         )
         records.extend(_evaluation_record(head, inv) for inv in invs)
         evals: dict[str, EvaluationResult | None] = {i.step.name: i.value for i in invs}

@@ -20,6 +20,7 @@ def test_public_surface_is_the_documented_one() -> None:
         "RemoteAPIError", "RemoteEvaluator", "UnparseableResponseError", "chat_completion",
         "openai_endpoint", "patronus_endpoint", "Comparison", "EvaluatorComparison",
         "compare_experiments", "list_experiments", "load_experiment", "experiment_flow_run_name",
+        "QualityGateError",
     }
 
 

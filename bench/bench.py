@@ -1,0 +1,156 @@
+"""Throughput, CPU, memory and record-visibility benchmark: run by hand, not by the tests.
+
+    .venv/bin/python bench/bench.py                 # every scenario (several minutes)
+    .venv/bin/python bench/bench.py --scenario c16  # one of: c16, c256, taskless, startup
+
+Starts a latency server (OpenAI-compatible, L = 50 ms) and a Prefect server on 127.0.0.1
+(tuned as `patronus-tasks server up` does), then runs each mode in its own process over
+the same rows: `plain` (a bare asyncio loop making the same calls: the limit), `engine`
+(a Prefect task-engine run per call), `fast` (calls in asyncio, recorded as task runs
+through bulk events) and `local` (no Prefect). Prints each figure with its ratio to the
+plain loop measured in the same run. The `patronus` SDK is measured too when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from patronus_tasks._settings import SERVER_DEFAULTS  # noqa: E402
+
+LATENCY = 0.05
+SCENARIOS = {
+    "c16": {"rows": 2000, "concurrency": 16, "modes": ["plain", "local", "fast", "engine"]},
+    "c256": {"rows": 20000, "concurrency": 256, "modes": ["plain", "local", "fast"]},
+    "taskless": {"rows": 100_000, "concurrency": 64, "modes": ["plain", "local", "fast"],
+                 "taskless": True},
+}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server for {url} exited")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not come up")
+
+
+def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
+    lat_port, api_port = _port(), _port()
+    lat = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(lat_port),
+                            str(LATENCY)])
+    env = {**os.environ, **SERVER_DEFAULTS, "PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    api = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
+                            "127.0.0.1", "--port", str(api_port)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api_url = f"http://127.0.0.1:{api_port}/api"
+    _wait(f"http://127.0.0.1:{lat_port}/", lat)
+    _wait(f"{api_url}/health", api)
+    return f"http://127.0.0.1:{lat_port}/v1", api_url, [lat, api]
+
+
+def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str) -> dict[str, Any]:
+    args = [sys.executable, str(HERE / "workload.py"), mode, "--rows", str(scenario["rows"]),
+            "--concurrency", str(scenario["concurrency"]), "--url", url]
+    if scenario.get("taskless"):
+        args.append("--taskless")
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING",
+           "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        return {"mode": mode, "error": out.stderr[-1500:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    rows, c = scenario["rows"], scenario["concurrency"]
+    calls_per_row = 0 if scenario.get("taskless") else 2
+    limit = c / (calls_per_row * LATENCY) if calls_per_row else None
+    plain = next(r for r in results if r["mode"] == "plain")
+    print(f"\n== {name}: {rows} rows, C={c}, L={LATENCY * 1000:.0f} ms, "
+          f"{calls_per_row} model calls per row"
+          + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
+    print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
+          f"{'framework':>9} {'rss MB':>7} {'visible s':>9}")
+    for r in results:
+        if "error" in r:
+            print(f"{r['mode']:8} failed: {r['error']}")
+            continue
+        rate = rows / r["wall"]
+        pct = f"{100 * rate / limit:5.1f}" if limit else "    -"
+        cpu_row = 1000 * r["cpu"] / rows
+        framework = cpu_row - 1000 * plain["cpu"] / rows
+        visible = "-" if r.get("visible_after") is None else f"{r['visible_after']:.1f}"
+        print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
+              f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {visible:>9}")
+
+
+def startup(api_home: Path) -> None:
+    """A 10-row experiment on the built-in server vs a bare Prefect flow with ten tasks."""
+    bare = ("from prefect import flow, task\n@task\ndef t(i): return i\n"
+            "@flow\ndef f():\n    return [t(i) for i in range(10)]\nf()\n")
+    ours = ("from patronus_tasks import evaluator, run_experiment\n@evaluator\n"
+            "def ok(row) -> bool: return True\n"
+            "run_experiment('startup', data=[{'x': i} for i in range(10)], evaluators=[ok],"
+            " results_dir='/tmp/bench-startup', print_summary=False)\n")
+    times = {}
+    for name, code in (("bare flow, 10 tasks", bare), ("experiment, 10 rows", ours)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        env["PREFECT_HOME"] = str(api_home / name.replace(" ", "_").replace(",", ""))
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+        times[name] = time.perf_counter() - t0
+    base = times["bare flow, 10 tasks"]
+    print("\n== start-up on the built-in server (fresh process and database each)")
+    for name, secs in times.items():
+        print(f"{name:22} {secs:6.1f} s   x bare {secs / base:4.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "startup"], action="append")
+    parser.add_argument("--home", default="/tmp/bench-prefect-home")
+    chosen = parser.parse_args().scenario or [*SCENARIOS, "startup"]
+    home = Path(parser.parse_args().home)
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    url, api_url, procs = start_servers(home)
+    try:
+        for name in chosen:
+            if name == "startup":
+                startup(home)
+                continue
+            scenario = SCENARIOS[name]
+            results = [run_mode(m, scenario, url, api_url) for m in scenario["modes"]]
+            report(name, scenario, results)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(20)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""One benchmark run in its own process: a mode over N rows at concurrency C.
+
+Prints one JSON line: wall seconds, CPU seconds, peak RSS, flow run id, calls made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import resource
+import time
+from typing import Any
+
+from patronus_tasks import Endpoint, TaskResult, evaluator, run_experiment, task
+from patronus_tasks._openai import chat_completion
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["plain", "engine", "fast", "local"])
+    p.add_argument("--rows", type=int, default=2000)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--url", required=True)
+    p.add_argument("--taskless", action="store_true")
+    p.add_argument("--results-dir", default="/tmp/bench-results")
+    return p.parse_args()
+
+
+def _endpoint(args: argparse.Namespace) -> Endpoint:
+    return Endpoint(args.url, max_in_flight=args.concurrency * 2, timeout=60, max_attempts=1)
+
+
+def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [{"evaluated_model_input": f"question {i}", "evaluated_model_output": f"answer {i}"}
+            for i in range(args.rows)]
+
+
+async def _plain(args: argparse.Namespace) -> int:
+    """The limit: the same calls in a bare asyncio loop with a semaphore."""
+    endpoint, sem = _endpoint(args), asyncio.Semaphore(args.concurrency)
+
+    async def one(row: dict[str, Any]) -> None:
+        async with sem:
+            if not args.taskless:
+                messages = [{"role": "user", "content": row["evaluated_model_input"]}]
+                out = await chat_completion(endpoint, messages, model="m")
+                _ = bool(out.evaluated_model_output)
+                await endpoint.request("POST", "/chat/completions", json={
+                    "model": "judge", "messages": [{"role": "user", "content": out.evaluated_model_output}]})
+            else:
+                _ = len(row["evaluated_model_output"]) > 3, row["evaluated_model_output"].startswith("a")
+
+    await asyncio.gather(*(one(r) for r in _rows(args)))
+    await endpoint.aclose()
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> tuple[str | None, int, float]:
+    endpoint = _endpoint(args)
+
+    @task
+    async def call_model(evaluated_model_input: str) -> TaskResult:
+        return await chat_completion(endpoint, [{"role": "user", "content": evaluated_model_input}],
+                                     model="m")
+
+    @evaluator
+    def nonempty(evaluated_model_output: str) -> bool:
+        return bool(evaluated_model_output)
+
+    @evaluator
+    async def judge(evaluated_model_output: str) -> bool:
+        body, _ = await endpoint.request("POST", "/chat/completions", json={
+            "model": "judge", "messages": [{"role": "user", "content": evaluated_model_output}]})
+        return bool(body["choices"][0]["message"]["content"])
+
+    @evaluator
+    def long_enough(evaluated_model_output: str) -> bool:
+        return len(evaluated_model_output) > 3
+
+    evaluators = [nonempty, long_enough] if args.taskless else [nonempty, judge]
+    orchestrator = "local" if args.mode == "local" else "prefect"
+    mode = "fast" if args.mode == "local" else args.mode
+    exp = run_experiment("bench", data=_rows(args), task=None if args.taskless else call_model,
+                         evaluators=evaluators, max_concurrency=args.concurrency,
+                         orchestrator=orchestrator, mode=mode, results_dir=args.results_dir,
+                         print_summary=False)
+    calls = args.rows * (len(evaluators) + (0 if args.taskless else 1))
+    ended = dt.datetime.fromisoformat(exp.manifest["ended_at"]).timestamp()
+    return exp.manifest.get("flow_run_id"), calls, ended
+
+
+def main() -> None:
+    args = _args()
+    if args.mode != "plain":
+        import patronus_tasks._prefect  # noqa: F401  (import cost is start-up, not per row)
+    cpu0, t0 = time.process_time(), time.time()
+    if args.mode == "plain":
+        asyncio.run(_plain(args))
+        flow_run_id, calls, rows_done = None, 0, time.time()
+    else:
+        # run_experiment returns once Prefect has recorded every task run: rows_done (the
+        # manifest's end) splits the run into doing the rows and waiting for the records.
+        flow_run_id, calls, rows_done = _experiment(args)
+    returned, cpu = time.time(), time.process_time() - cpu0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"mode": args.mode, "wall": rows_done - t0, "cpu": cpu, "rss_mb": rss_mb,
+                      "visible_after": returned - rows_done if flow_run_id else None,
+                      "flow_run_id": flow_run_id, "calls": calls}))
+
+
+if __name__ == "__main__":
+    main()

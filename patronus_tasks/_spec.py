@@ -1,0 +1,166 @@
+"""Setting an experiment up: every argument checked before any call is made."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import _parquet
+from ._chain import Link, build_chain
+from ._dataset import DataInput, Dataset, load_dataset
+from ._exceptions import ConfigError
+from ._gates import check_fail_on_error
+from ._params import ROW_FIELDS
+from ._settings import default_results_dir
+from ._steps import Evaluator, Task
+
+Mode = Literal["engine", "fast"]
+Replay = Literal["resume", "retry", None]
+
+
+@dataclass
+class ExperimentSpec:
+    """Everything needed to run one experiment, checked before any call is made."""
+
+    project_name: str
+    experiment_name: str
+    dataset: Dataset
+    links: tuple[Link, ...]
+    tags: dict[str, str]
+    max_concurrency: int
+    out_dir: Path
+    mode: Mode = "engine"
+    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
+    fail_on_error: int | float | None = None
+    min_pass_rates: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def prefect_tags(self) -> list[str]:
+        return [f"project:{self.project_name}", f"experiment:{self.experiment_name}",
+                *(f"{k}:{v}" for k, v in self.tags.items())]
+
+    def steps(self) -> list[Task | Evaluator]:
+        """Every task and evaluator of the chain, each once."""
+        found: dict[int, Task | Evaluator] = {}
+        for link in self.links:
+            for step in ([link.task] if link.task else []) + list(link.evaluators):
+                found.setdefault(id(step), step)
+        return list(found.values())
+
+    def chain_order(self) -> list[tuple[int, str]]:
+        return [(i, ev.name) for i, link in enumerate(self.links) for ev in link.evaluators]
+
+
+def _check_columns(links: Sequence[Link], dataset: Dataset) -> None:
+    """Fail before any call when a step needs a column the dataset does not have."""
+    columns = set(dataset.columns)
+    for idx, link in enumerate(links):
+        for step in ([link.task] if link.task else []) + list(link.evaluators):
+            needed = sorted(n for n in step.signature.required if n in ROW_FIELDS)
+            if isinstance(step, Evaluator) and any(lk.task for lk in links[: idx + 1]):
+                needed = [n for n in needed if n != "evaluated_model_output"]
+            missing = [n for n in needed if n not in columns]
+            if missing:
+                raise ConfigError(
+                    f"{step.kind} {step.name!r} (chain link {idx}) needs column {missing[0]!r}, "
+                    f"which {dataset.source or 'the dataset'} lacks. Columns: "
+                    f"{', '.join(sorted(columns))}. Add the column, map one onto it "
+                    f"({missing[0]}_field= in read_csv/read_jsonl), or give the parameter a default."
+                )
+
+
+def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    tags = dict(tags or {})
+    bad = [k for k, v in tags.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise ConfigError(f"tags must map str to str; fix the values of {bad} (use str()).")
+    return tags
+
+
+def _free_dir(results_dir: Path, project: str, name: str) -> Path:
+    """The experiment's folder; a finished run of the same name keeps its own."""
+    base = _parquet.experiment_dir(results_dir, project, name)
+    path, n = base, 1
+    while (path / _parquet.RESULTS_FILE).exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _runs_of(results_dir: Path, project: str, name: str) -> list[Path]:
+    """Folders of earlier runs of this experiment name: ``name``, ``name-2``, ..."""
+    base = _parquet.experiment_dir(results_dir, project, name)
+    found, n = [], 1
+    path = base
+    while (path / _parquet.MANIFEST_FILE).exists():
+        found.append(path)
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return found
+
+
+def _manifest_of(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / _parquet.MANIFEST_FILE).read_text()))
+
+
+def _to_resume(root: Path, project: str, name: str, experiment_id: str | None) -> Path | None:
+    runs = _runs_of(root, project, name)
+    if experiment_id is None:
+        return runs[-1] if runs else None
+    for path in runs:
+        if _manifest_of(path).get("experiment_id") == experiment_id:
+            return path
+    raise ConfigError(f"no experiment with id {experiment_id!r} named {name!r} in project "
+                      f"{project!r} under {root}; check the id (manifest.json) and the name.")
+
+
+def _resumed(spec: ExperimentSpec, path: Path, replay: Replay) -> ExperimentSpec:
+    manifest = _manifest_of(path)
+    previous = (manifest.get("dataset") or {}).get("sha256")
+    if previous and previous != spec.dataset.content_hash():
+        raise ConfigError(
+            f"the dataset changed since the run in {path} (content hash differs): resuming "
+            "would mix results of different data. Run it as a new experiment instead.")
+    spec.out_dir, spec.replay = path, replay
+    spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
+    return spec
+
+
+def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
+              evaluators: Sequence[Evaluator] | None = None,
+              chain: Sequence[Mapping[str, Any]] | None = None,
+              tags: Mapping[str, str] | None = None, experiment_name: str | None = None,
+              max_concurrency: int = 10, results_dir: str | Path | None = None,
+              mode: Mode = "engine", resume: bool = False, retry_errors: bool = False,
+              experiment_id: str | None = None, fail_on_error: int | float | None = None,
+              min_pass_rates: Mapping[str, float] | None = None) -> ExperimentSpec:
+    """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
+    if not project_name or not isinstance(project_name, str):
+        raise ConfigError("project_name must be a non-empty string.")
+    if mode not in ("engine", "fast"):
+        raise ConfigError(f"mode must be 'engine' or 'fast', not {mode!r}.")
+    if not isinstance(max_concurrency, int) or max_concurrency < 1:
+        raise ConfigError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
+    check_fail_on_error(fail_on_error)
+    links = build_chain(task, evaluators, chain)
+    dataset = load_dataset(data)
+    _check_columns(links, dataset)
+    name = experiment_name or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
+    root = Path(results_dir) if results_dir is not None else default_results_dir()
+    spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(tags),
+                          max_concurrency, _free_dir(root, project_name, name), mode,
+                          fail_on_error=fail_on_error, min_pass_rates=dict(min_pass_rates or {}))
+    if resume or retry_errors or experiment_id:
+        earlier = _to_resume(root, project_name, name, experiment_id)
+        if earlier is not None:
+            spec = _resumed(spec, earlier, "retry" if retry_errors else "resume")
+    _parquet.make_writable(spec.out_dir)
+    return spec
+
+

@@ -1,0 +1,245 @@
+"""Nothing lost: resume after SIGKILL without asking the model twice, retry only errors,
+gates, and interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from patronus_tasks import (
+    ConfigError,
+    QualityGateError,
+    Row,
+    evaluator,
+    load_experiment,
+    run_experiment,
+    task,
+)
+
+from .conftest import ROOT
+from .servers import FakeServer, Recorded, Reply, chat_completion, serve
+
+SCRIPT = """
+import sys
+from patronus_tasks import ChatTask, evaluator, openai_endpoint, run_experiment
+
+url, results, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "resume"
+chat = ChatTask("m", endpoint=openai_endpoint(url, max_attempts=1))
+
+@evaluator
+def answered(evaluated_model_output: str) -> bool:
+    return evaluated_model_output.startswith("answer")
+
+run_experiment("resumable", data=[{"evaluated_model_input": f"q{i}"} for i in range(30)],
+               task=chat, evaluators=[answered], experiment_name="long-run", resume=resume,
+               orchestrator="local", results_dir=results, max_concurrency=4)
+"""
+
+
+class CountingModel:
+    """A chat model that counts requests per input and stalls while ``stall`` is set."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.stall = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, req: Recorded) -> Reply:
+        question = req.body["messages"][-1]["content"]
+        with self.lock:
+            self.seen[question] += 1
+        if self.stall.is_set() and int(question[1:]) >= 10:
+            time.sleep(600)  # the rows the kill interrupts
+        return 200, {}, chat_completion(f"answer to {question}")
+
+
+@pytest.fixture
+def model() -> Iterator[tuple[FakeServer, CountingModel]]:
+    counting = CountingModel()
+    with serve(counting) as server:
+        yield server, counting
+
+
+def _run(url: str, results: Path, mode: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, url, str(results), mode], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, CountingModel],
+                                                 tmp_path: Path) -> None:
+    server, counting = model
+    counting.stall.set()
+    proc = _run(server.url, tmp_path, "fresh")
+    deadline = time.monotonic() + 60
+    while sum(counting.seen.values()) < 14 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # rows q0..q9 have answered and been journalled; q10.. hang
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    out_dir = tmp_path / "resumable" / "long-run"
+    assert not (out_dir / "results.parquet").exists()
+    before = load_experiment(out_dir).to_dataframe()
+    done_before = set(before["evaluated_model_input"])
+    assert {f"q{i}" for i in range(10)} <= done_before
+    counting.stall.clear()
+    resumed = _run(server.url, tmp_path, "resume")
+    assert resumed.wait(120) == 0, resumed.stderr.read().decode()[-2000:] if resumed.stderr else ""
+    df = load_experiment(out_dir).to_dataframe()
+    assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 31)]  # each row once
+    assert df["pass"].all()
+    for question in done_before:
+        assert counting.seen[question] == 1, question  # never requested twice
+    assert not (out_dir / "previous.parquet").exists()
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["rows"] == 30
+
+
+def test_retry_errors_reruns_only_failed_steps(results_dir: Path) -> None:
+    calls: Counter[str] = Counter()
+    broken = {"3", "5"}
+
+    @task
+    def work(row: Row) -> str:
+        calls[f"task-{row.sid}"] += 1
+        return f"out-{row.sid}"
+
+    @evaluator
+    def judge(row: Row, evaluated_model_output: str) -> bool:
+        calls[f"judge-{row.sid}"] += 1
+        if row.sid in broken:
+            raise RuntimeError("judge down")
+        return True
+
+    kwargs = dict(data=[{"x": i} for i in range(6)], task=work, evaluators=[judge],
+                  experiment_name="flaky-judge", orchestrator="local", results_dir=results_dir,
+                  print_summary=False)
+    first = run_experiment("retry", **kwargs)  # type: ignore[arg-type]
+    assert first.manifest["evaluator_errors"] == 2
+    broken.clear()
+    again = run_experiment("retry", retry_errors=True, **kwargs)  # type: ignore[arg-type]
+    assert again.path == first.path and again.manifest["evaluator_errors"] == 0
+    assert again.manifest["experiment_id"] == first.manifest["experiment_id"]
+    assert all(calls[f"task-{i}"] == 1 for i in range(1, 7))  # no task output asked twice
+    assert calls["judge-3"] == calls["judge-5"] == 2 and calls["judge-1"] == 1
+    df = again.to_dataframe()
+    assert len(df) == 6 and df["pass"].all()
+    by_id = run_experiment("retry", experiment_id=first.manifest["experiment_id"], **kwargs)  # type: ignore[arg-type]
+    assert by_id.path == first.path and sum(calls.values()) == 6 + 8  # nothing left to run
+    with pytest.raises(ConfigError, match="no experiment with id"):
+        run_experiment("retry", experiment_id="nope", **kwargs)  # type: ignore[arg-type]
+
+
+def test_resume_refuses_a_different_dataset(results_dir: Path) -> None:
+    @evaluator
+    def ok(row: Row) -> bool:
+        return True
+
+    run_experiment("ds", data=[{"x": 1}], evaluators=[ok], experiment_name="e",
+                   orchestrator="local", results_dir=results_dir, print_summary=False)
+    with pytest.raises(ConfigError, match="dataset changed"):
+        run_experiment("ds", data=[{"x": 2}], evaluators=[ok], experiment_name="e", resume=True,
+                       orchestrator="local", results_dir=results_dir, print_summary=False)
+
+
+@pytest.mark.parametrize(
+    ("gate", "fails"),
+    [
+        ({"fail_on_error": 0}, True),
+        ({"fail_on_error": 1}, False),
+        ({"fail_on_error": 0.2}, True),
+        ({"fail_on_error": 0.5}, False),
+        ({"min_pass_rates": {"judge": 0.5}}, False),
+        ({"min_pass_rates": {"judge": 0.8}}, True),
+    ],
+)
+def test_gates(results_dir: Path, gate: dict[str, object], fails: bool) -> None:
+    @evaluator
+    def judge(row: Row) -> bool:
+        if row.sid == "4":
+            raise RuntimeError("broken")
+        return row.sid != "1"
+
+    kwargs = dict(data=[{"x": i} for i in range(4)], evaluators=[judge], orchestrator="local",
+                  results_dir=results_dir, print_summary=False, **gate)
+    if not fails:
+        run_experiment("gates", **kwargs)  # type: ignore[arg-type]
+        return
+    with pytest.raises(QualityGateError) as err:
+        run_experiment("gates", **kwargs)  # type: ignore[arg-type]
+    assert err.value.experiment.results_path.exists()  # what was done is written
+    assert err.value.failures and all(isinstance(m, str) for m in err.value.failures)
+
+
+def test_gate_fails_the_prefect_flow_run(prefect_server: str, results_dir: Path) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    @evaluator
+    def never(row: Row) -> bool:
+        return False
+
+    with pytest.raises(QualityGateError, match=r"never \[link 0\]: pass rate 0\.0% is below 50\.0%"):
+        run_experiment("gated", data=[{"x": 1}], evaluators=[never], results_dir=results_dir,
+                       min_pass_rates={"never": 0.5}, print_summary=False)
+    manifest = json.loads(next(results_dir.rglob("manifest.json")).read_text())
+
+    async def state() -> str:
+        async with get_client() as client:
+            run = await client.read_flow_run(manifest["flow_run_id"])
+            return run.state.type.value
+
+    assert asyncio.run(state()) == "FAILED" and manifest["status"] == "completed"
+
+
+INTERRUPTED = """
+import sys, time
+from patronus_tasks import evaluator, run_experiment
+
+@evaluator
+def slow(row) -> bool:
+    if int(row.sid) > 3:
+        print("started", flush=True)
+        time.sleep(600)
+    return True
+
+run_experiment("interrupts", data=[{"x": i} for i in range(8)], evaluators=[slow],
+               experiment_name="sigterm", results_dir=sys.argv[1], max_concurrency=2,
+               mode="fast")
+"""
+
+
+def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PREFECT_") or k.startswith("PREFECT_SERVER_")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path / "r")], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) != 0
+    out_dir = tmp_path / "r" / "interrupts" / "sigterm"
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert sorted(load_experiment(out_dir).to_dataframe()["sid"]) == ["1", "2", "3"]
+    count = subprocess.run(
+        [sys.executable, "-c", "import asyncio, sys\n"
+         "from prefect.client.orchestration import get_client\n"
+         "async def main():\n"
+         "    async with get_client() as c:\n"
+         "        print((await c.read_flow_run(sys.argv[1])).state.type.value)\n"
+         "asyncio.run(main())", manifest["flow_run_id"]],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert count.stdout.strip().splitlines()[-1] == "CANCELLED", count.stderr[-2000:]
