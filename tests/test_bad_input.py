@@ -1,0 +1,161 @@
+"""Every bad input of issue 7, table-driven: each gives an error naming what, where and
+the fix, before any model call where it can be known in advance. And property-based
+round trips of generated datasets through an experiment and its Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from patronus_tasks import (
+    ConfigError,
+    Row,
+    TaskResult,
+    evaluator,
+    run_experiment,
+    task,
+)
+
+CALLS: list[str] = []
+
+
+@task
+def model(evaluated_model_input: str, row: Row) -> str:
+    CALLS.append(row.sid)
+    return evaluated_model_input
+
+
+@evaluator
+def ok(row: Row) -> bool:
+    return True
+
+
+def _file(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+SETUP_ERRORS: list[tuple[str, Any, list[str]]] = [
+    ("missing file", lambda t: {"data": t / "nope.jsonl", "task": model},
+     ["nope.jsonl", "no such dataset file"]),
+    ("unknown format", lambda t: {"data": _file(t, "d.txt", "x"), "task": model},
+     ["d.txt", "unknown dataset format '.txt'", "Use .csv, .jsonl"]),
+    ("empty dataset", lambda t: {"data": _file(t, "e.jsonl", "\n"), "task": model},
+     ["e.jsonl", "is empty"]),
+    ("missing column", lambda t: {"data": [{"question": "q"}], "task": model},
+     ["task 'model'", "needs column 'evaluated_model_input'", "evaluated_model_input_field="]),
+    ("duplicate ids", lambda t: {"data": _file(t, "dup.csv", "sid,evaluated_model_input\na,1\na,2\n"),
+                                 "task": model},
+     ["dup.csv", "duplicate sample ids ['a']", "Sample ids must be unique"]),
+    ("missing ids", lambda t: {"data": [{"sid": "a", "evaluated_model_input": "x"},
+                                        {"sid": None, "evaluated_model_input": "y"}], "task": model},
+     ["rows at positions [1] have no 'sid'"]),
+    ("link without steps", lambda t: {"data": [{"x": 1}], "chain": [{"evaluators": []}]},
+     ["chain link 0 has neither a task nor evaluators"]),
+    ("chain and evaluators", lambda t: {"data": [{"x": 1}], "evaluators": [ok],
+                                        "chain": [{"evaluators": [ok]}]},
+     ["pass either task=/evaluators= or chain=, not both"]),
+    ("unwritable results", lambda t: {"data": [{"x": 1}], "evaluators": [ok],
+                                      "results_dir": _file(t, "a-file", "") / "sub"},
+     ["is not writable", "results_dir="]),
+    ("bad gate", lambda t: {"data": [{"x": 1}], "evaluators": [ok], "fail_on_error": 1.5},
+     ["fail_on_error must be a row count"]),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "words"), SETUP_ERRORS, ids=[c[0] for c in SETUP_ERRORS])
+def test_setup_errors_before_any_call(tmp_path: Path, case: str, make: Any,
+                                      words: list[str]) -> None:
+    CALLS.clear()
+    kwargs = {"results_dir": tmp_path / "r", "orchestrator": "local", "print_summary": False,
+              **make(tmp_path)}
+    with pytest.raises(ConfigError) as err:
+        run_experiment("bad", **kwargs)
+    for word in words:
+        assert word in str(err.value), (case, str(err.value))
+    assert CALLS == []
+
+
+def test_unknown_parameter_names_it_and_the_fix() -> None:
+    with pytest.raises(ConfigError) as err:
+        @evaluator
+        def judge(answer: str) -> bool:
+            return True
+    assert "'answer'" in str(err.value) and "allowed names are" in str(err.value)
+    assert "task_result" in str(err.value)
+
+
+@task
+def returns_bad(row: Row) -> Any:
+    if row.sid == "1":
+        return TaskResult(evaluated_model_output="x", metadata={"f": {1, 2}})
+    if row.sid == "2":
+        return TaskResult(evaluated_model_output="x", tags={"n": 3})
+    return "fine"
+
+
+@evaluator
+def bad_type(row: Row) -> Any:
+    return [1, 2] if row.sid == "3" else True
+
+
+def test_row_level_errors_name_row_field_and_fix(tmp_path: Path) -> None:
+    data = [{"evaluated_model_input": "a"}, {"evaluated_model_input": "b"},
+            {"evaluated_model_input": "c"}, {"evaluated_model_input": None}]
+
+    @task
+    def needs_input(evaluated_model_input: str, row: Row) -> Any:
+        return returns_bad.fn(row)
+
+    exp = run_experiment("bad-rows", data=data, task=needs_input, evaluators=[bad_type],
+                         orchestrator="local", results_dir=tmp_path, print_summary=False)
+    df = exp.to_dataframe().set_index("sid")
+    assert "metadata must be JSON-serialisable" in df.loc["1", "error_message"]
+    assert "tags must map str to str" in df.loc["2", "error_message"]
+    assert "Convert with str()" in df.loc["2", "error_message"]
+    assert df.loc["3", "error_type"] == "InvalidResultError"
+    assert "not list" in df.loc["3", "error_message"]
+    assert "row sid=4: field 'evaluated_model_input' is empty" in df.loc["4", "error_message"]
+    assert "give the parameter a default" in df.loc["4", "error_message"]
+    assert exp.manifest["rows"] == 4 and exp.manifest["errored_rows"] == 4
+
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
+META = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | TEXT,
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+                    max_leaves=8)
+ROWS = st.lists(st.fixed_dictionaries({
+    "evaluated_model_input": TEXT | st.text(min_size=2000, max_size=4000),
+    "note": TEXT, "meta": META.map(json.dumps)}), min_size=1, max_size=6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=ROWS)
+def test_round_trip_through_experiment_and_parquet(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+    @task
+    def echo(evaluated_model_input: str, row: Row) -> TaskResult:
+        return TaskResult(evaluated_model_output=evaluated_model_input,
+                          metadata={"meta": json.loads(row.meta)}, tags={"note": row.note})
+
+    @evaluator
+    def same(evaluated_model_output: str, row: Row) -> bool:
+        return evaluated_model_output == row.evaluated_model_input
+
+    results = tmp_path / f"r{os.getpid()}-{abs(hash(json.dumps(rows))) % 10**9}"
+    exp = run_experiment("prop", data=rows, task=echo, evaluators=[same], orchestrator="local",
+                         results_dir=results, print_summary=False)
+    df = exp.to_dataframe().sort_values("sid", key=lambda s: s.astype(int))
+    assert df["pass"].all() and len(df) == len(rows)
+    for got, want in zip(df.to_dict("records"), rows, strict=True):
+        assert got["task_output"] == want["evaluated_model_input"]
+        assert got["evaluated_model_input"] == want["evaluated_model_input"]
+        assert got["note"] == want["note"]
+        assert json.loads(got["task_metadata"]) == {"meta": json.loads(want["meta"])}
+        assert json.loads(got["task_tags"]) == {"note": want["note"]}
