@@ -45,6 +45,7 @@ class _Tally:
     def __init__(self) -> None:
         self.rows = self.records = self.task_errors = self.evaluator_errors = 0
         self.errored_rows = 0
+        self.pids: list[int] = []  # worker processes, when rows ran on Dask
 
     def add(self, records: list[dict[str, Any]]) -> None:
         self.rows += 1
@@ -79,6 +80,7 @@ def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.date
         "flow_run_id": flow_run_id, "started_at": started.isoformat(), "ended_at": ended,
         "rows": tally.rows, "records": tally.records, "task_errors": tally.task_errors,
         "evaluator_errors": tally.evaluator_errors, "errored_rows": tally.errored_rows,
+        "worker_pids": tally.pids or None,
         "dataset": {"source": spec.dataset.source, "rows": len(spec.dataset),
                     "sha256": spec.dataset.content_hash()},
         "links": [{"task": lk.task.name if lk.task else None,
@@ -97,11 +99,14 @@ def _write_manifest(spec: ExperimentSpec, manifest: dict[str, Any]) -> None:
 
 
 async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,
-                  tally: _Tally | None = None) -> tuple[dict[str, Any], int]:
+                  tally: _Tally | None = None,
+                  batches: Callable[[_Tally], Coroutine[Any, Any, int]] | None = None
+                  ) -> tuple[dict[str, Any], int]:
     """Run every row, stream records to Parquet, write the manifest.
 
     Returns the manifest and the number of step calls made. This is the whole
     experiment minus orchestration: the Prefect flow is a thin wrapper around it.
+    ``batches`` runs the rows elsewhere instead (Dask workers writing their own parts).
     """
     started = dt.datetime.now(dt.UTC)
     replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
@@ -125,7 +130,10 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     row_runner = RowRunner(spec.links, runner, tags=spec.tags, limit=spec.max_concurrency,
                            pool=pool, replay=replay)
     try:
-        await run_rows(rows, row_runner, spec.max_concurrency, on_records)
+        if batches is not None:
+            row_runner.calls = await batches(tally)
+        else:
+            await run_rows(rows, row_runner, spec.max_concurrency, on_records)
     except BaseException:
         # Interrupted: keep every completed row as a part, and say so.
         sink.flush()
@@ -224,6 +232,7 @@ async def arun_experiment(project_name: str, *, data: DataInput, task: Task | No
                           experiment_id: str | None = None,
                           fail_on_error: int | float | None = None,
                           min_pass_rates: Mapping[str, float] | None = None,
+                          task_runner: Any = None, dask_address: str | None = None,
                           print_summary: bool = True) -> Experiment:
     """Run an experiment (async form of `run_experiment`)."""
     if orchestrator not in ("prefect", "local"):
@@ -232,7 +241,8 @@ async def arun_experiment(project_name: str, *, data: DataInput, task: Task | No
                      tags=tags, experiment_name=experiment_name,
                      max_concurrency=max_concurrency, results_dir=results_dir, mode=mode,
                      resume=resume, retry_errors=retry_errors, experiment_id=experiment_id,
-                     fail_on_error=fail_on_error, min_pass_rates=min_pass_rates)
+                     fail_on_error=fail_on_error, min_pass_rates=min_pass_rates,
+                     task_runner=task_runner, dask_address=dask_address)
     steps = spec.steps()
     try:
         for step in steps:  # look-ups and connections, before any row is run
@@ -296,6 +306,7 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
                    resume: bool = False, retry_errors: bool = False,
                    experiment_id: str | None = None, fail_on_error: int | float | None = None,
                    min_pass_rates: Mapping[str, float] | None = None,
+                   task_runner: Any = None, dask_address: str | None = None,
                    print_summary: bool = True) -> Experiment:
     """Run an experiment: every row through the task and evaluators (or the ``chain``).
 
@@ -313,7 +324,10 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
     ``retry_errors=True`` re-runs only the rows that failed. ``fail_on_error`` (a row
     count, or a fraction as a float) and ``min_pass_rates`` ({evaluator: rate}) are
     gates: when one fails, the results are still written, the flow run ends Failed and
-    `QualityGateError` is raised.
+    `QualityGateError` is raised. ``task_runner="dask"`` (with ``dask_address=`` for an
+    existing scheduler, else a local cluster of two processes) spreads the rows over Dask
+    workers in batches; each call still becomes its own task run (needs ``prefect-dask``
+    and a Prefect server in ``PREFECT_API_URL``).
     Results stream to ``<results_dir>/<project>/<experiment>/results.parquet``.
     """
     return _run_sync(arun_experiment(
@@ -321,4 +335,5 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, orchestrator=orchestrator, mode=mode, resume=resume,
         retry_errors=retry_errors, experiment_id=experiment_id, fail_on_error=fail_on_error,
-        min_pass_rates=min_pass_rates, print_summary=print_summary))
+        min_pass_rates=min_pass_rates, task_runner=task_runner, dask_address=dask_address,
+        print_summary=print_summary))

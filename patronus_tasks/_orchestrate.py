@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _artifacts, _prefect
 from ._events import EventStepRunner, TaskRunRecorder
-from ._exceptions import QualityGateError
+from ._exceptions import ConfigError, QualityGateError
 from ._experiment import Experiment, ExperimentSpec, _Tally, execute, gate_failures
 
 logger = logging.getLogger("patronus_tasks")
@@ -18,6 +18,12 @@ _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
 
 async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally
                    ) -> tuple[dict[str, Any], int]:
+    if spec.task_runner is not None:
+        from ._dask import run_batches
+
+        assert flow_run_id is not None
+        return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally,
+                             batches=lambda t: run_batches(spec, flow_run_id, t))
     if spec.mode == "engine":
         return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally)
     assert flow_run_id is not None
@@ -27,6 +33,21 @@ async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally
         logger.error("%d of %d task-run records could not be sent to Prefect",
                      recorder.lost, recorder.lost + recorder.sent)
     return outcome
+
+
+def _task_runner(spec: ExperimentSpec) -> Any:
+    if spec.task_runner is None:
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        raise ConfigError(
+            "rows on Dask workers report to a Prefect server they can reach: set "
+            "PREFECT_API_URL (e.g. `patronus-tasks server up`); the built-in server is "
+            "private to this process.")
+    from ._dask import make_task_runner
+
+    return make_task_runner(spec.task_runner, spec.dask_address)
 
 
 async def _publish(spec: ExperimentSpec) -> None:
@@ -61,7 +82,8 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
     try:
         await _prefect.run_as_flow(
             body, flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
-            run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags)
+            run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags,
+            task_runner=_task_runner(spec))
     except BaseException as exc:
         if run.get("flow_run_id") and not isinstance(exc, Exception):
             await asyncio.shield(_prefect.mark_cancelled(run["flow_run_id"], repr(exc)))

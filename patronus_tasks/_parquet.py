@@ -77,23 +77,30 @@ def dataset_schema(df: pd.DataFrame) -> tuple[pa.Schema, frozenset[str]]:
 class ParquetSink:
     """Buffers records and writes them as Parquet part files, then one final file."""
 
-    def __init__(self, out_dir: Path, df: pd.DataFrame, *, batch_rows: int = 2000,
-                 flush_seconds: float = 2.0) -> None:
-        extra, self._text_columns = dataset_schema(df)
+    def __init__(self, out_dir: Path, df: pd.DataFrame | None = None, *,
+                 columns: tuple[pa.Schema, frozenset[str]] | None = None, prefix: str = "",
+                 batch_rows: int = 2000, flush_seconds: float = 2.0) -> None:
+        """Write under ``out_dir/parts``; the dataset's columns come from ``df`` or ``columns``
+        (`dataset_schema` of it). Writers in other processes use their own ``prefix``."""
+        assert df is not None or columns is not None
+        extra, self._text_columns = columns if columns is not None else dataset_schema(df)
         self.schema = pa.unify_schemas([FIXED_SCHEMA, extra])
         self.out_dir = out_dir
         self.parts = out_dir / PARTS_DIR
         self.batch_rows, self.flush_seconds = batch_rows, flush_seconds
         self._buffer: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
+        self._stem = f"part-{prefix}-" if prefix else "part-"
         make_writable(self.parts)
-        _adopt_journals(self.parts)
-        self._part_count = len(list(self.parts.glob("part-*.parquet")))
+        _adopt_journals(self.parts, self._stem)
+        taken = [int(p.stem.rsplit("-", 1)[1]) for p in self.parts.glob(f"{self._stem}*.parquet")
+                 if p.stem.rsplit("-", 1)[1].isdigit() and p.stem.startswith(self._stem)]
+        self._part_count = max(taken, default=-1) + 1
         self._journal: Any = None
         self.records_written = 0
 
     def _journal_path(self) -> Path:
-        return self.parts / f"part-{self._part_count:06d}.journal"
+        return self.parts / f"{self._stem}{self._part_count:06d}.journal"
 
     def add(self, records: list[dict[str, Any]]) -> None:
         """Journal one row's records at once; write a part when the batch is full or old."""
@@ -115,7 +122,7 @@ class ParquetSink:
         self._last_flush = time.monotonic()
         if not self._buffer:
             return
-        path = self.parts / f"part-{self._part_count:06d}.parquet"
+        path = self._journal_path().with_suffix(".parquet")
         _write_atomic(pa.Table.from_pylist(self._buffer, schema=self.schema), path)
         self._close_journal()
         self._journal_path().unlink(missing_ok=True)
@@ -212,17 +219,15 @@ def _read_journal(path: Path) -> pa.Table | None:
     return _to_table(records, schema)
 
 
-def _adopt_journals(parts_dir: Path) -> None:
-    """Turn the journals a crashed run left into parts, so a new writer can go on."""
-    for journal in sorted(parts_dir.glob("part-*.journal")):
+def _adopt_journals(parts_dir: Path, stem: str) -> None:
+    """Turn the journals a crashed writer of this ``stem`` left into parts, so a new
+    writer can go on (other stems belong to writers that may still be running)."""
+    for journal in sorted(parts_dir.glob(f"{stem}*.journal")):
         part = journal.with_suffix(".parquet")
         table = None if part.exists() else _read_journal(journal)
         if table is not None:
             _write_atomic(table, part)
         journal.unlink()
-    # Renumber so parts stay contiguous: part-N is always the next free name.
-    for index, part in enumerate(sorted(parts_dir.glob("part-*.parquet"))):
-        part.rename(parts_dir / f"part-{index:06d}.parquet")
 
 
 def unfinished_tables(out_dir: Path) -> list[pa.Table]:

@@ -85,11 +85,12 @@ def current_flow_run_id() -> str | None:
 
 
 async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_name: str,
-                      tags: list[str]) -> T:
+                      tags: list[str], task_runner: Any = None) -> T:
     """Run ``body`` as one Prefect flow run (a subflow when called inside a flow)."""
+    options: dict[str, Any] = {"task_runner": task_runner} if task_runner is not None else {}
     experiment_flow = flow(
         name=flow_name, flow_run_name=lambda: run_name, persist_result=False,
-        validate_parameters=False,
+        validate_parameters=False, **options,
     )(body)
     with prefect_tags(*tags):
         return await experiment_flow()

@@ -39,6 +39,8 @@ class ExperimentSpec:
     replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
+    task_runner: Any = None  # None (in-process), "dask", or a Prefect TaskRunner
+    dask_address: str | None = None
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -139,7 +141,8 @@ def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
               max_concurrency: int = 10, results_dir: str | Path | None = None,
               mode: Mode = "engine", resume: bool = False, retry_errors: bool = False,
               experiment_id: str | None = None, fail_on_error: int | float | None = None,
-              min_pass_rates: Mapping[str, float] | None = None) -> ExperimentSpec:
+              min_pass_rates: Mapping[str, float] | None = None, task_runner: Any = None,
+              dask_address: str | None = None) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
     if not project_name or not isinstance(project_name, str):
         raise ConfigError("project_name must be a non-empty string.")
@@ -155,7 +158,10 @@ def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
     root = Path(results_dir) if results_dir is not None else default_results_dir()
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(tags),
                           max_concurrency, _free_dir(root, project_name, name), mode,
-                          fail_on_error=fail_on_error, min_pass_rates=dict(min_pass_rates or {}))
+                          fail_on_error=fail_on_error, min_pass_rates=dict(min_pass_rates or {}),
+                          task_runner=task_runner, dask_address=dask_address)
+    if task_runner is not None and (resume or retry_errors or experiment_id):
+        raise ConfigError("resume/retry_errors run in-process: drop task_runner= to resume.")
     if resume or retry_errors or experiment_id:
         earlier = _to_resume(root, project_name, name, experiment_id)
         if earlier is not None:
