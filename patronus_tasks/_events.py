@@ -30,6 +30,9 @@ from ._runner import Invocation, LocalStepRunner
 
 logger = logging.getLogger("patronus_tasks.events")
 _FLUSH_EVENTS, _FLUSH_SECONDS, _POST_ATTEMPTS = 500, 0.25, 5
+#: Events held at most: past this, calls wait for the server to take some (memory stays
+#: bounded, and rows run no faster than the server can record them).
+_MAX_BUFFERED = 10_000
 
 
 def _now() -> dt.datetime:
@@ -121,6 +124,12 @@ class TaskRunRecorder:
         if len(self._buffer) >= _FLUSH_EVENTS:
             self._wake.set()
 
+    async def backpressure(self) -> None:
+        """Wait while the buffer is over its bound and the poster is running."""
+        while len(self._buffer) >= _MAX_BUFFERED and self._task is not None:
+            self._wake.set()
+            await asyncio.sleep(0.05)
+
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -176,3 +185,4 @@ class EventStepRunner(LocalStepRunner):
         await super().run(inv, upstream)
         self.recorder.finished(task_run_id, inv, upstream, start, _now())
         inv.handle = task_run_id
+        await self.recorder.backpressure()

@@ -148,3 +148,35 @@ def test_cli_run_with_gates(tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "judge: no such evaluator" in unknown.stderr
     bad = cli("--max-concurrency", "3")
     assert bad.returncode == 2 and "takes no max_concurrency parameter" in bad.stderr
+
+
+RESUMABLE = """
+import sys
+from patronus_tasks import evaluator, run_experiment
+
+CALLS = open(sys.argv[-1], "a")
+
+@evaluator
+def counted(row) -> bool:
+    CALLS.write(row.sid + "\\n")
+    return True
+
+def main(dataset: str, results_dir: str, resume: bool = False, retry_errors: bool = False):
+    return run_experiment("cli-resume", data=dataset, evaluators=[counted], orchestrator="local",
+                          experiment_name="again", results_dir=results_dir, resume=resume,
+                          retry_errors=retry_errors)
+"""
+
+
+def test_cli_run_resume_passes_through(tmp_path: Path) -> None:
+    script = tmp_path / "exp.py"
+    script.write_text(RESUMABLE.replace("sys.argv[-1]", repr(str(tmp_path / "calls.txt"))))
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"x": 1}\n{"x": 2}\n')
+    base = [sys.executable, "-m", "patronus_tasks", "run", f"{script}:main", "--data", str(data),
+            "--results-dir", str(tmp_path / "r")]
+    for extra in ([], ["--resume"], ["--retry-errors"]):
+        out = subprocess.run([*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    assert (tmp_path / "calls.txt").read_text().split() == ["1", "2"]  # resumed: no new calls
+    assert [p.name for p in (tmp_path / "r" / "cli-resume").iterdir()] == ["again"]
