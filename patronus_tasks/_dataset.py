@@ -28,6 +28,7 @@ class Dataset:
     def __init__(self, df: pd.DataFrame, source: str | None = None) -> None:
         self.source = source
         self.df = _with_sid(df, source)
+        self._hash: str | None = None
 
     def __len__(self) -> int:
         return len(self.df)
@@ -46,9 +47,14 @@ class Dataset:
             yield Row(list(values), index=columns, dtype=object)
 
     def content_hash(self) -> str:
-        """A SHA-256 of the rows' content, to tell whether two runs saw the same data."""
-        text = self.df.to_json(orient="records", default_handler=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        """A SHA-256 of the rows' content, to tell whether two runs saw the same data.
+
+        Computed once: it serialises every row, and each manifest write asks for it.
+        """
+        if self._hash is None:
+            text = self.df.to_json(orient="records", default_handler=str)
+            self._hash = hashlib.sha256(text.encode()).hexdigest()
+        return self._hash
 
 
 def _where(source: str | None) -> str:

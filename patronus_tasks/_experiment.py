@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import datetime as dt
+import functools
 import json
 import signal
 import subprocess
@@ -60,6 +61,7 @@ class _Tally:
                     self.task_errors += 1
 
 
+@functools.lru_cache(maxsize=1)
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -148,12 +150,16 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     return manifest, row_runner.calls
 
 
-def gate_failures(spec: ExperimentSpec, experiment: Experiment) -> list[str]:
-    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``) say is wrong."""
+def gate_failures(spec: ExperimentSpec, experiment: Experiment,
+                  summary: Summary | None = None) -> list[str]:
+    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``) say is wrong.
+
+    ``summary``: the experiment's, when already computed (saves reading the results again).
+    """
     m = experiment.manifest
     failures = error_gate(int(m.get("errored_rows", 0)), int(m.get("rows", 0)), spec.fail_on_error)
     if spec.min_pass_rates:
-        failures += failed_gates(experiment.summary(), spec.min_pass_rates)
+        failures += failed_gates(summary or experiment.summary(), spec.min_pass_rates)
     return failures
 
 

@@ -11,6 +11,7 @@ from . import _artifacts, _prefect
 from ._events import EventStepRunner, TaskRunRecorder
 from ._exceptions import ConfigError, QualityGateError
 from ._experiment import Experiment, ExperimentSpec, _Tally, execute, gate_failures
+from ._summary import Summary
 
 logger = logging.getLogger("patronus_tasks")
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
@@ -50,11 +51,14 @@ def _task_runner(spec: ExperimentSpec) -> Any:
     return make_task_runner(spec.task_runner, spec.dask_address)
 
 
-async def _publish(spec: ExperimentSpec) -> None:
+async def _publish(spec: ExperimentSpec) -> tuple[Experiment, Summary]:
+    """Publish the artifacts; return the experiment and its summary (read once)."""
     experiment = Experiment(spec.out_dir)
     df = experiment.to_dataframe()
-    await _artifacts.publish(spec.project_name, spec.experiment_name, experiment.summary(df), df,
+    summary = experiment.summary(df)
+    await _artifacts.publish(spec.project_name, spec.experiment_name, summary, df,
                              experiment.results_path)
+    return experiment, summary
 
 
 async def run_on_prefect(spec: ExperimentSpec) -> None:
@@ -72,9 +76,8 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):
             _, run["calls"] = await _execute(spec, run["flow_run_id"], tally)
-        await _publish(spec)
-        experiment = Experiment(spec.out_dir)
-        failures = gate_failures(spec, experiment)
+        experiment, summary = await _publish(spec)
+        failures = gate_failures(spec, experiment, summary)
         if failures:
             raise QualityGateError(failures, experiment)
 
