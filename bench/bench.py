@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -72,17 +73,38 @@ def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
     return f"http://127.0.0.1:{lat_port}/v1", api_url, [lat, api]
 
 
-def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str) -> dict[str, Any]:
+def tree_cpu(proc: subprocess.Popen[bytes]) -> float:
+    """CPU seconds used so far by a server process and its children."""
+    import psutil
+
+    root = psutil.Process(proc.pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
+             procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
     args = [sys.executable, str(HERE / "workload.py"), mode, "--rows", str(scenario["rows"]),
             "--concurrency", str(scenario["concurrency"]), "--url", url]
     if scenario.get("taskless"):
         args.append("--taskless")
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING",
            "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    before = [tree_cpu(p) for p in procs]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         return {"mode": mode, "error": out.stderr[-1500:]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    # What the model server and the Prefect server spent meanwhile (the Prefect server
+    # also ingests the records after the rows are done: counted too).
+    result["lat_cpu"], result["api_cpu"] = (tree_cpu(p) - b for p, b in zip(procs, before))
+    return result
 
 
 def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
@@ -94,7 +116,7 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
           f"{calls_per_row} model calls per row"
           + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
     print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
-          f"{'framework':>9} {'rss MB':>7} {'visible s':>9}")
+          f"{'framework':>9} {'rss MB':>7} {'visible s':>9} {'model srv':>9} {'prefect srv':>11}")
     for r in results:
         if "error" in r:
             print(f"{r['mode']:8} failed: {r['error']}")
@@ -105,7 +127,8 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
         framework = cpu_row - 1000 * plain["cpu"] / rows
         visible = "-" if r.get("visible_after") is None else f"{r['visible_after']:.1f}"
         print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
-              f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {visible:>9}")
+              f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {visible:>9} "
+              f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f}")
 
 
 def startup(api_home: Path) -> None:
@@ -132,9 +155,10 @@ def startup(api_home: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", choices=[*SCENARIOS, "startup"], action="append")
-    parser.add_argument("--home", default="/tmp/bench-prefect-home")
+    parser.add_argument("--home", help="PREFECT_HOME of the Prefect server (default: a fresh "
+                        "temporary directory: a database grown by earlier runs slows it down)")
     chosen = parser.parse_args().scenario or [*SCENARIOS, "startup"]
-    home = Path(parser.parse_args().home)
+    home = Path(parser.parse_args().home or tempfile.mkdtemp(prefix="bench-prefect-"))
     home.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     url, api_url, procs = start_servers(home)
@@ -144,7 +168,7 @@ def main() -> None:
                 startup(home)
                 continue
             scenario = SCENARIOS[name]
-            results = [run_mode(m, scenario, url, api_url) for m in scenario["modes"]]
+            results = [run_mode(m, scenario, url, api_url, procs) for m in scenario["modes"]]
             report(name, scenario, results)
     finally:
         for p in procs:

@@ -77,7 +77,7 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
         runner = RowRunner(spec.links, EventStepRunner(recorder), tags=spec.tags,
                            limit=spec.max_concurrency, pool=pool)
         try:
-            await run_rows(spec.dataset.rows(), runner, spec.max_concurrency, on_records)
+            await run_rows(spec.dataset.samples(), runner, spec.max_concurrency, on_records)
         finally:
             sink.flush()
             pool.shutdown(wait=False)

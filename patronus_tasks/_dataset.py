@@ -12,7 +12,7 @@ import pandas as pd
 
 from ._exceptions import DatasetError
 from ._params import ROW_FIELDS
-from ._row import Row
+from ._row import Row, Sample
 
 DataInput = Union["Dataset", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -45,6 +45,12 @@ class Dataset:
         columns = self.df.columns
         for values in self.df.itertuples(index=False, name=None):
             yield Row(list(values), index=columns, dtype=object)
+
+    def samples(self) -> Iterator[Sample]:
+        """Yield each sample as the runner carries it (values, `Row` on demand)."""
+        columns = self.df.columns
+        for values in self.df.itertuples(index=False, name=None):
+            yield Sample(columns, values)
 
     def content_hash(self) -> str:
         """A SHA-256 of the rows' content, to tell whether two runs saw the same data.

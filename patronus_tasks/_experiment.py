@@ -123,7 +123,7 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
         for listener in progress_listeners:
             listener(spec, tally.rows)
 
-    rows = spec.dataset.rows()
+    rows = spec.dataset.samples()
     if replay is not None:
         for records in replay.reused_records():  # completed before: no call at all
             on_records(records)

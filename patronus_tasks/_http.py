@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import logging
 import random
+import ssl
 import time
 import weakref
 from dataclasses import dataclass
@@ -23,12 +25,21 @@ from ._exceptions import RemoteAPIError
 
 logger = logging.getLogger("patronus_tasks.http")
 _RETRY_AFTER_CAP = 60.0
+_KEEPALIVE = 4.0
 
 
 #: Connections per httpx pool. httpcore scans every connection of a pool for every
-#: request, so one pool of hundreds of connections costs milliseconds of CPU per request;
-#: several small pools keep that scan short (see bench/README.md).
-POOL_SHARD = 32
+#: request (a socket poll and two syscalls per idle connection), so one pool of hundreds
+#: of connections costs milliseconds of CPU per request; many small pools keep that scan
+#: short: 8 per pool took the plain loop at C=256 from 1.9 to 1.6 ms of CPU per call
+#: (see bench/README.md).
+POOL_SHARD = 8
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # One CA bundle load (~30 ms, ~1 MB) for every pool, not one per pool.
+    return httpx.create_ssl_context()
 
 
 @dataclass
@@ -99,9 +110,13 @@ class Endpoint:
         if state is None:
             shards = -(-self.max_in_flight // POOL_SHARD)
             size = -(-self.max_in_flight // shards)
-            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+            # Idle connections are dropped before the 5 s many servers (uvicorn, nginx's
+            # 75 s aside) close them with: reusing one the server is closing fails the call.
+            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size,
+                                  keepalive_expiry=_KEEPALIVE)
             clients = [httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
-                                         timeout=self.timeout, limits=limits)
+                                         timeout=self.timeout, limits=limits,
+                                         verify=_ssl_context())
                        for _ in range(shards)]
             state = _LoopState(clients, asyncio.Semaphore(self.max_in_flight))
             self._states[loop] = state

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._results import EvaluationResult, TaskResult
-from ._row import Row, clean
+from ._row import Sample
 
 STATUS_OK, STATUS_SKIPPED, STATUS_ERROR = "ok", "skipped", "error"
 
@@ -71,9 +71,9 @@ def dataset_column_name(column: str) -> str:
     return f"row_{column}" if column in FIXED_NAMES else column
 
 
-def row_values(row: Row) -> dict[str, Any]:
+def row_values(sample: Sample) -> dict[str, Any]:
     """The row's dataset columns, keyed by their column names in the file."""
-    return {dataset_column_name(str(k)): clean(v) for k, v in row.items() if k != "sid"}
+    return {dataset_column_name(k): v for k, v in sample.values.items() if k != "sid"}
 
 
 def task_fields(result: TaskResult | None, duration: float | None,

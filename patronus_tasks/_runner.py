@@ -31,7 +31,7 @@ from ._records import (
 )
 from ._results import EvaluationResult, TaskResult, to_evaluation_result, to_task_result
 from ._resume import TASK, Replay, Replayed
-from ._row import Row
+from ._row import Sample
 from ._steps import Evaluator, Step, Task
 
 
@@ -116,7 +116,8 @@ class LocalStepRunner:
                 await asyncio.sleep(step.retry_delay_seconds)
 
 
-def _missing_field_error(step: Step, available: Mapping[str, Any], row: Row) -> ErrorInfo | None:
+def _missing_field_error(step: Step, available: Mapping[str, Any], row: Sample
+                         ) -> ErrorInfo | None:
     missing = sorted(n for n in step.signature.required if n in ROW_FIELDS and available[n] is None)
     if not missing:
         return None
@@ -128,16 +129,16 @@ def _missing_field_error(step: Step, available: Mapping[str, Any], row: Row) -> 
     return ErrorInfo(type(exc).__name__, str(exc))
 
 
-def _available(row: Row, parent: Parent | None, tags: Mapping[str, str],
+def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
                task_result: TaskResult | None) -> dict[str, Any]:
-    values: dict[str, Any] = {name: row._field(name) for name in ROW_FIELDS}
+    values: dict[str, Any] = {name: row.values.get(name) for name in ROW_FIELDS}
     if task_result is not None:
         # Evaluators judge what the task produced, not what the dataset held.
         values["evaluated_model_output"] = task_result.evaluated_model_output
         if task_result.evaluated_model_system_prompt is not None:
             values["evaluated_model_system_prompt"] = task_result.evaluated_model_system_prompt
-    values.update(row=row, parent=parent, tags=dict(tags), task_result=task_result)
-    return values
+    values.update(parent=parent, tags=dict(tags), task_result=task_result)
+    return values  # no "row": built only for the steps asking for it
 
 
 class RowRunner:
@@ -153,10 +154,13 @@ class RowRunner:
         self._slots = asyncio.Semaphore(limit)
         self.calls = 0  # invocations handed to the step runner
 
-    async def _call(self, step: Step, idx: int, row: Row, available: dict[str, Any],
+    async def _call(self, step: Step, idx: int, row: Sample, available: dict[str, Any],
                     upstream: Any, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
-        inv = Invocation(step, build_kwargs(step.signature, available),
-                         f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""), self.pool)
+        kwargs = build_kwargs(step.signature, available)
+        if "row" in kwargs:
+            kwargs["row"] = row.row
+        inv = Invocation(step, kwargs, f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""),
+                         self.pool)
         done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
         if done is not None:  # completed in an earlier run: never asked again
             inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
@@ -168,7 +172,7 @@ class RowRunner:
                 await self.runner.run(inv, upstream)
         return inv
 
-    async def run(self, row: Row) -> list[dict[str, Any]]:
+    async def run(self, row: Sample) -> list[dict[str, Any]]:
         """Run one row through every link; return its records."""
         base = {"sid": row.sid, **row_values(row)}
         records: list[dict[str, Any]] = []
@@ -180,7 +184,7 @@ class RowRunner:
                 break
         return records
 
-    async def _run_link(self, idx: int, link: Link, row: Row, parent: Parent | None,
+    async def _run_link(self, idx: int, link: Link, row: Sample, parent: Parent | None,
                         base: dict[str, Any], records: list[dict[str, Any]],
                         replayed: dict[tuple[int, str], Replayed]) -> tuple[Parent | None, bool]:
         head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
@@ -227,7 +231,7 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
     }
 
 
-async def run_rows(rows: Iterable[Row], row_runner: RowRunner, workers: int,
+async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
                    on_records: Callable[[list[dict[str, Any]]], None]) -> int:
     """Run every row with at most ``workers`` rows in flight; hand each row's records on.
 
