@@ -103,7 +103,7 @@ def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     # What the model server and the Prefect server spent meanwhile (the Prefect server
     # also ingests the records after the rows are done: counted too).
-    result["lat_cpu"], result["api_cpu"] = (tree_cpu(p) - b for p, b in zip(procs, before))
+    result["lat_cpu"], result["api_cpu"] = (tree_cpu(p) - b for p, b in zip(procs, before, strict=True))
     return result
 
 

@@ -77,9 +77,12 @@ class Invocation:
         fn = self.step.fn
         if self.step.is_async:
             return fn(**self.kwargs)  # type: ignore[no-any-return,unused-ignore]
+        policy = self.step.inline_policy
+        if policy.inline:  # cheap sync code: a thread hand-off would cost more than the call
+            return _settled(policy.call, fn, self.kwargs)
         # Sync user code runs in a thread so one slow call never blocks the others;
         # the copied context keeps Prefect's run context (and its logger) visible.
-        call = functools.partial(contextvars.copy_context().run, fn, **self.kwargs)
+        call = functools.partial(contextvars.copy_context().run, policy.call, fn, self.kwargs)
         return asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     def _convert(self, raw: Any) -> Any:
@@ -91,6 +94,16 @@ class Invocation:
         self.error = ErrorInfo(
             "TimeoutError", f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
         )
+
+
+def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``call(*args)`` run now, as an awaitable holding its result or exception."""
+    future = asyncio.get_running_loop().create_future()
+    try:
+        future.set_result(call(*args))
+    except Exception as exc:
+        future.set_exception(exc)
+    return future
 
 
 class StepRunner(Protocol):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, overload
 
 from ._exceptions import ConfigError
+from ._inline import InlinePolicy
 from ._params import EVALUATOR_PARAMS, TASK_PARAMS, Signature, inspect_params
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,17 +29,24 @@ class Step:
     retries: int = 0
     retry_delay_seconds: float = 0.0
     timeout_seconds: float | None = None
+    #: Sync code only: True runs calls in the event loop's thread, False in a thread,
+    #: None measures and decides (see `_inline`).
+    inline: bool | None = None
 
     def _setup(self, name: str | None, retries: int, retry_delay_seconds: float,
-               timeout_seconds: float | None) -> None:
+               timeout_seconds: float | None, inline: bool | None = None) -> None:
         if retries < 0 or retry_delay_seconds < 0:
             raise ConfigError(f"{self.kind} {name!r}: retries and retry_delay_seconds must be >= 0")
         if timeout_seconds is not None and timeout_seconds <= 0:
             raise ConfigError(f"{self.kind} {name!r}: timeout_seconds must be > 0 or None")
+        if inline and timeout_seconds is not None:
+            raise ConfigError(f"{self.kind} {name!r}: inline=True cannot have a timeout_seconds "
+                              "(a call in the event loop cannot be interrupted); drop one of them.")
         self.name = name or type(self).__name__
         self.retries = retries
         self.retry_delay_seconds = retry_delay_seconds
         self.timeout_seconds = timeout_seconds
+        self.inline = inline if inline is not None else type(self).inline
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -59,6 +67,15 @@ class Step:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def inline_policy(self) -> InlinePolicy:
+        """Where this sync step's calls run (kept per step: it learns from its calls)."""
+        policy: InlinePolicy | None = self.__dict__.get("_inline_policy")
+        if policy is None:
+            policy = InlinePolicy(self.name, self.inline, self.timeout_seconds is not None)
+            self.__dict__["_inline_policy"] = policy
+        return policy
 
     async def setup(self) -> None:
         """Called once before an experiment's first row (look-ups, connections)."""
@@ -103,8 +120,9 @@ class Task(Step):
     method = "execute"
 
     def __init__(self, name: str | None = None, *, retries: int = 0,
-                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None) -> None:
-        self._setup(name, retries, retry_delay_seconds, timeout_seconds)
+                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
+                 inline: bool | None = None) -> None:
+        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline)
         _ = self.signature
 
 
@@ -122,8 +140,9 @@ class Evaluator(Step):
     criteria: str | None = None
 
     def __init__(self, name: str | None = None, *, criteria: str | None = None, retries: int = 0,
-                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None) -> None:
-        self._setup(name, retries, retry_delay_seconds, timeout_seconds)
+                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
+                 inline: bool | None = None) -> None:
+        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline)
         self.criteria = criteria if criteria is not None else type(self).criteria
         _ = self.signature
 
@@ -176,9 +195,14 @@ class FunctionEvaluator(_FunctionStep, Evaluator):
 def task(fn: F, /) -> FunctionTask: ...
 @overload
 def task(*, name: str | None = None, retries: int = 0, retry_delay_seconds: float = 0.0,
-         timeout_seconds: float | None = None) -> Callable[[F], FunctionTask]: ...
+         timeout_seconds: float | None = None,
+         inline: bool | None = None) -> Callable[[F], FunctionTask]: ...
 def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Make a function a `Task`: ``@task`` or ``@task(name=..., retries=..., timeout_seconds=...)``."""
+    """Make a function a `Task`: ``@task`` or ``@task(name=..., retries=..., timeout_seconds=...)``.
+
+    ``inline`` (sync functions only): True runs calls in the event loop's thread, False
+    in a thread; None (default) moves a step whose calls all take under 1 ms inline.
+    """
     if fn is not None:
         return FunctionTask(fn)
     return lambda f: FunctionTask(f, **options)
@@ -188,10 +212,13 @@ def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 def evaluator(fn: F, /) -> FunctionEvaluator: ...
 @overload
 def evaluator(*, name: str | None = None, criteria: str | None = None, retries: int = 0,
-              retry_delay_seconds: float = 0.0,
-              timeout_seconds: float | None = None) -> Callable[[F], FunctionEvaluator]: ...
+              retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
+              inline: bool | None = None) -> Callable[[F], FunctionEvaluator]: ...
 def evaluator(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Make a function an `Evaluator`: ``@evaluator`` or ``@evaluator(name=..., criteria=...)``."""
+    """Make a function an `Evaluator`: ``@evaluator`` or ``@evaluator(name=..., criteria=...)``.
+
+    Takes the same ``inline`` option as `task`.
+    """
     if fn is not None:
         return FunctionEvaluator(fn)
     return lambda f: FunctionEvaluator(f, **options)
