@@ -250,7 +250,10 @@ Home = Annotated[Path, typer.Option("--home", help="Where the server's database,
 @server.command("up")
 def server_up(home: Home = Path(".prefect"), port: int = 4200,
               deploy: Annotated[bool, typer.Option(help="Deploy prefect.yaml.")] = True,
-              worker: Annotated[bool, typer.Option(help="Start a process worker.")] = True) -> None:
+              worker: Annotated[bool, typer.Option(help="Start a process worker.")] = True,
+              nice: Annotated[int, typer.Option(
+                  help="Run the server this many steps below normal CPU priority, so "
+                  "recording rows never slows the rows (0: same priority).")] = 10) -> None:
     """Start a Prefect server on 127.0.0.1, create the pool, deploy, start a worker."""
     from . import _stack
     from ._exceptions import ExperimentError
@@ -258,7 +261,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
     if _stack.Stack.load(home.resolve()) is not None:
         raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
     try:
-        stack = _stack.up(Path.cwd(), home, port, deploy=deploy, worker=worker)
+        stack = _stack.up(Path.cwd(), home, port, deploy=deploy, worker=worker, nice=nice)
     except ExperimentError as exc:
         raise _usage(str(exc)) from None
     typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}\n"

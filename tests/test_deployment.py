@@ -25,7 +25,7 @@ from prefect.client.schemas.filters import (
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from patronus_tasks._stack import Stack, _alive
+from patronus_tasks._stack import SERVER_NICE, Stack, _alive
 
 from .conftest import ROOT
 
@@ -49,6 +49,10 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     assert up.returncode == 0, up.stdout + up.stderr
     started = Stack.load(home)
     assert started is not None and "Prefect UI:  http://127.0.0.1:" in up.stdout
+    # The server records at a lower CPU priority than the worker running the rows.
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, started.server_pid) == min(mine + SERVER_NICE, 19)
+    assert started.worker_pid and os.getpriority(os.PRIO_PROCESS, started.worker_pid) == mine
     try:
         yield started
     finally:
