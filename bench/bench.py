@@ -8,7 +8,10 @@ Starts a latency server (OpenAI-compatible, L = 50 ms) and a Prefect server on 1
 the same rows: `plain` (a bare asyncio loop making the same calls: the limit), `engine`
 (a Prefect task-engine run per call), `fast` (calls in asyncio, recorded as task runs
 through bulk events) and `local` (no Prefect). Prints each figure with its ratio to the
-plain loop measured in the same run. The `patronus` SDK is measured too when installed.
+plain loop measured in the same run. The real Patronus SDK's runner (`patronus` mode) is
+measured too when its venv exists ($PATRONUS_SDK_PYTHON, default
+/tmp/patronus-venv/bin/python; set-up in patronus_sdk_workload.py), reporting to a loopback
+stand-in of the Patronus API and OTLP collector (patronus_standin.py).
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ from patronus_tasks._settings import SERVER_DEFAULTS  # noqa: E402
 from patronus_tasks._stack import SERVER_NICE  # noqa: E402
 
 LATENCY = 0.05
+#: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
+#: measured when this Python exists.
+PATRONUS_PYTHON = Path(os.environ.get("PATRONUS_SDK_PYTHON", "/tmp/patronus-venv/bin/python"))
 SCENARIOS = {
-    "c16": {"rows": 2000, "concurrency": 16, "modes": ["plain", "local", "fast", "engine"]},
-    "c256": {"rows": 20000, "concurrency": 256, "modes": ["plain", "local", "fast"]},
+    "c16": {"rows": 2000, "concurrency": 16,
+            "modes": ["plain", "local", "fast", "engine", "patronus"]},
+    "c256": {"rows": 20000, "concurrency": 256, "modes": ["plain", "local", "fast", "patronus"]},
     "taskless": {"rows": 100_000, "concurrency": 64, "modes": ["plain", "local", "fast"],
                  "taskless": True},
 }
@@ -59,6 +66,16 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
+def start_standin() -> tuple[str, subprocess.Popen[bytes]]:
+    """The loopback stand-in of the Patronus API and OTLP collector the SDK reports to."""
+    port = _port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "patronus_standin.py"), str(port)],
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    _wait(f"{url}/_counts", proc)
+    return url, proc
+
+
 def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
     lat_port, api_port = _port(), _port()
     lat = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(lat_port),
@@ -66,9 +83,10 @@ def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
     env = {**os.environ, **SERVER_DEFAULTS, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     nice = int(os.environ.get("BENCH_SERVER_NICE", SERVER_NICE))  # as `server up` does
+    log = (home / "server.log").open("ab")  # read it for "dropping" if records go missing
     api = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
                             "127.0.0.1", "--port", str(api_port)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           stdout=log, stderr=subprocess.STDOUT,
                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
     api_url = f"http://127.0.0.1:{api_port}/api"
     _wait(f"http://127.0.0.1:{lat_port}/", lat)
@@ -91,14 +109,33 @@ def tree_cpu(proc: subprocess.Popen[bytes]) -> float:
     return total
 
 
+def _patronus_args(scenario: dict[str, Any], url: str, standin: str) -> list[str]:
+    return [str(PATRONUS_PYTHON), str(HERE / "patronus_sdk_workload.py"), "--rows",
+            str(scenario["rows"]), "--concurrency", str(scenario["concurrency"]), "--url", url,
+            "--api-url", standin]
+
+
 def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
              procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    if mode == "patronus":  # its API stand-in takes the Prefect server's column
+        standin, proc = start_standin()
+        try:
+            return _measure(mode, _patronus_args(scenario, url, standin), {}, [procs[0], proc])
+        finally:
+            proc.terminate()
+            proc.wait(20)
     args = [sys.executable, str(HERE / "workload.py"), mode, "--rows", str(scenario["rows"]),
             "--concurrency", str(scenario["concurrency"]), "--url", url]
     if scenario.get("taskless"):
         args.append("--taskless")
-    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING",
+    env = {"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING",
            "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    return _measure(mode, args, env, procs)
+
+
+def _measure(mode: str, args: list[str], env: dict[str, str],
+             procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    env = {**os.environ, **env}
     before = [tree_cpu(p) for p in procs]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
@@ -129,6 +166,8 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
         cpu_row = 1000 * r["cpu"] / rows
         framework = cpu_row - 1000 * plain["cpu"] / rows
         visible = "-" if r.get("visible_after") is None else f"{r['visible_after']:.1f}"
+        if r.get("missing"):
+            visible = f"{r['missing']} lost"
         print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
               f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {visible:>9} "
               f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f}")
@@ -164,7 +203,8 @@ def main() -> None:
     chosen = parser.parse_args().scenario or [*SCENARIOS, "startup"]
     home = Path(parser.parse_args().home or tempfile.mkdtemp(prefix="bench-prefect-"))
     home.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; Prefect server "
+          f"log: {home / 'server.log'}")
     url, api_url, procs = start_servers(home)
     try:
         for name in chosen:
@@ -174,7 +214,8 @@ def main() -> None:
             scenario = SCENARIOS[name]
             wanted = parser.parse_args().modes
             modes = [m for m in scenario["modes"]
-                     if not wanted or m == "plain" or m in wanted.split(",")]
+                     if (not wanted or m == "plain" or m in wanted.split(","))
+                     and (m != "patronus" or PATRONUS_PYTHON.exists())]
             results = [run_mode(m, scenario, url, api_url, procs) for m in modes]
             report(name, scenario, results)
     finally:

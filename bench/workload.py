@@ -91,6 +91,20 @@ def _experiment(args: argparse.Namespace) -> tuple[str | None, int, float]:
     return exp.manifest.get("flow_run_id"), calls, ended
 
 
+async def _until_visible(flow_run_id: str, calls: int, stall: float = 120) -> int:
+    """Wait until every call's task run is visible; return how many never were (none
+    appeared for ``stall`` seconds)."""
+    from patronus_tasks._prefect import count_task_runs
+
+    seen, progress_at = 0, time.monotonic()
+    while seen < calls and time.monotonic() - progress_at < stall:
+        now = await count_task_runs(flow_run_id)
+        progress_at = time.monotonic() if now > seen else progress_at
+        seen = now
+        await asyncio.sleep(0.5 if seen < calls else 0)
+    return calls - seen
+
+
 def main() -> None:
     args = _args()
     if args.mode != "plain":
@@ -103,11 +117,16 @@ def main() -> None:
         # run_experiment returns once Prefect has recorded every task run: rows_done (the
         # manifest's end) splits the run into doing the rows and waiting for the records.
         flow_run_id, calls, rows_done = _experiment(args)
-    returned, cpu = time.time(), time.process_time() - cpu0
+    cpu = time.process_time() - cpu0
+    missing = 0
+    if flow_run_id:
+        # run_experiment waits up to 60 s for the records; past that, keep counting here.
+        missing = asyncio.run(_until_visible(flow_run_id, calls))
+    returned = time.time() - (120 if missing else 0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"mode": args.mode, "wall": rows_done - t0, "cpu": cpu, "rss_mb": rss_mb,
                       "visible_after": returned - rows_done if flow_run_id else None,
-                      "flow_run_id": flow_run_id, "calls": calls}))
+                      "flow_run_id": flow_run_id, "calls": calls, "missing": missing}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,14 @@ Each call is recorded by one event, its final state (``Completed``, ``Failed`` o
 its upstream call (``wait_for``) and its parent (``__parents__``). The ``Running`` state
 is not sent: one event per call halves what the server must ingest, and the server's
 ingestion, not the client, is what limits how soon every call is visible.
+
+Flow control: Prefect's in-memory broker holds at most 10,000 events per consumer and
+drops the rest (logging a warning only), and the server takes POSTs far faster than it
+records them (~3.5 ms of CPU per event). So the poster keeps at most `MAX_AHEAD` events
+posted but not yet taken by the slower of the two consumers it can see: the task-run
+recorder (task runs recorded) and the event persister (events stored; ~2.5x slower than
+the recorder). The rest wait here, serialised (~1 KB each), up to `MAX_BUFFERED_BYTES`;
+past that, calls wait (rows then go no faster than the server records them).
 """
 
 from __future__ import annotations
@@ -20,19 +28,28 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 import uuid
+from collections import deque
 from typing import Any
 
 import orjson
 from prefect.client.orchestration import get_client
 
+from ._prefect import count_events, count_task_runs
 from ._runner import Invocation, LocalStepRunner
 
 logger = logging.getLogger("patronus_tasks.events")
 _FLUSH_EVENTS, _FLUSH_SECONDS, _POST_ATTEMPTS = 500, 0.25, 5
-#: Events held at most: past this, calls wait for the server to take some (memory stays
-#: bounded, and rows run no faster than the server can record them).
-_MAX_BUFFERED = 10_000
+#: Events posted but not yet recorded, at most: half the broker's queue per consumer.
+MAX_AHEAD = 5_000
+#: Serialised events held here at most: past this, calls wait for the poster.
+MAX_BUFFERED_BYTES = 200 * 2**20
+#: How often to ask the server how far it got, and how long it may record nothing
+#: while events are pending before the poster stops waiting for it (and says so).
+_POLL_SECONDS, _STALL_SECONDS = 0.5, 60.0
+#: The events count is a heavier query than the task-run count: asked for less often.
+_EVENTS_POLL_SECONDS = 2.0
 
 
 def _now() -> dt.datetime:
@@ -62,15 +79,19 @@ class TaskRunRecorder:
                           "prefect.resource.role": "flow-run"}]
         self._related += [{"prefect.resource.id": f"prefect.tag.{t}",
                            "prefect.resource.role": "tag"} for t in self.tags]
-        self._buffer: list[dict[str, Any]] = []
+        self._buffer: deque[bytes] = deque()
+        self._buffered_bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._client: Any = None
         self.sent = self.lost = 0
+        self._taken = 0  # of our events, how many the slower consumer has taken
+        self._progress = _Progress(flow_run_id)
 
     async def __aenter__(self) -> TaskRunRecorder:
         self._client = get_client()
         await self._client.__aenter__()
+        await self._progress.start(self._client)
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -120,13 +141,15 @@ class TaskRunRecorder:
         self._push(self._event(task_run_id, inv, kind, name, message, end, run))
 
     def _push(self, event: dict[str, Any]) -> None:
-        self._buffer.append(event)
+        data = orjson.dumps(event)
+        self._buffer.append(data)
+        self._buffered_bytes += len(data)
         if len(self._buffer) >= _FLUSH_EVENTS:
             self._wake.set()
 
     async def backpressure(self) -> None:
         """Wait while the buffer is over its bound and the poster is running."""
-        while len(self._buffer) >= _MAX_BUFFERED and self._task is not None:
+        while self._buffered_bytes >= MAX_BUFFERED_BYTES and self._task is not None:
             self._wake.set()
             await asyncio.sleep(0.05)
 
@@ -140,14 +163,40 @@ class TaskRunRecorder:
     async def flush(self) -> None:
         """Post every buffered event, with retries; count what could not be sent."""
         while self._buffer:
-            batch, self._buffer = self._buffer[:_FLUSH_EVENTS], self._buffer[_FLUSH_EVENTS:]
+            size = min(_FLUSH_EVENTS, MAX_AHEAD, len(self._buffer))
+            await self._server_catch_up(size)
+            batch = [self._buffer.popleft() for _ in range(size)]
+            self._buffered_bytes -= sum(map(len, batch))
             await self._post(batch)
 
-    async def _post(self, batch: list[dict[str, Any]]) -> None:
+    def _ahead(self, more: int) -> int:
+        return self.sent + more - self._taken - MAX_AHEAD
+
+    async def _server_catch_up(self, more: int) -> None:
+        """Wait until ``more`` events keep the server within `MAX_AHEAD` of what it took."""
+        progress_at = time.monotonic()
+        while self._ahead(more) > 0:
+            before = self._taken
+            try:
+                self._taken = await self._progress.taken(self._client)
+            except Exception as exc:  # cannot tell how far it got: post, and let it cope
+                logger.warning("could not read Prefect's progress recording task runs: %s", exc)
+                return
+            if self._taken > before:
+                progress_at = time.monotonic()
+            elif time.monotonic() - progress_at > _STALL_SECONDS:
+                logger.warning("Prefect took none of %d pending task-run events for %.0f s; "
+                               "posting on", self.sent - self._taken, _STALL_SECONDS)
+                return
+            if self._ahead(more) > 0:
+                await asyncio.sleep(_POLL_SECONDS)
+
+    async def _post(self, batch: list[bytes]) -> None:
+        body = b"[" + b",".join(batch) + b"]"
         for attempt in range(1, _POST_ATTEMPTS + 1):
             try:
                 response = await self._client._client.post(
-                    "/events", content=orjson.dumps(batch),
+                    "/events", content=body,
                     headers={"content-type": "application/json"})
                 response.raise_for_status()
                 self.sent += len(batch)
@@ -170,6 +219,33 @@ class TaskRunRecorder:
         if self._client is not None:
             await self._client.__aexit__(None, None, None)
             self._client = None
+
+
+class _Progress:
+    """How many of a recorder's events the server's task-run recorder and event persister
+    have taken (the slower of the two), from counts read through the API."""
+
+    def __init__(self, flow_run_id: str) -> None:
+        self.flow_run_id = flow_run_id
+        self.since = _now() - dt.timedelta(minutes=1)
+        self.runs0 = self.events0 = self.events = 0
+        self.events_at = 0.0
+        self.persisting = True  # False once the persister looks switched off
+
+    async def start(self, client: Any) -> None:
+        self.runs0 = await count_task_runs(self.flow_run_id, client)
+        self.events0 = await count_events(self.flow_run_id, self.since, client)
+
+    async def taken(self, client: Any) -> int:
+        runs = await count_task_runs(self.flow_run_id, client) - self.runs0
+        if not self.persisting:
+            return runs
+        if time.monotonic() - self.events_at >= _EVENTS_POLL_SECONDS:
+            self.events = await count_events(self.flow_run_id, self.since, client) - self.events0
+            self.events_at = time.monotonic()
+            # A server without the persister stores no event: then only task runs count.
+            self.persisting = self.events > 0 or runs < MAX_AHEAD // 2
+        return min(runs, self.events) if self.persisting else runs
 
 
 class EventStepRunner(LocalStepRunner):

@@ -99,3 +99,41 @@ def test_fast_mode_matches_engine_mode(prefect_server: str, results_dir: Path, m
         assert run.task_key in {"task-first", "task-second", "evaluator-slow_judge",
                                 "evaluator-length"}
         assert {"project:modes", "experiment:fast"} <= set(run.tags)
+
+
+def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
+        prefect_server: str, results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prefect's broker drops events past 10,000 queued per consumer: the poster must wait
+    # for the server to record and store what it was sent. Checked against the real
+    # server's counts of task runs and of stored events.
+    from patronus_tasks import _events
+    from patronus_tasks._prefect import count_events, count_task_runs
+
+    monkeypatch.setattr(_events, "MAX_AHEAD", 100)
+    ahead: list[int] = []
+    post = _events.TaskRunRecorder._post
+
+    async def checked(self: Any, batch: list[bytes]) -> None:
+        # Of the events sent, the slower of the recorder and the persister has taken:
+        p = self._progress
+        runs = await count_task_runs(self.flow_run_id, self._client) - p.runs0
+        events = await count_events(self.flow_run_id, p.since, self._client) - p.events0
+        ahead.append(self.sent + len(batch) - min(runs, events))
+        await post(self, batch)
+
+    monkeypatch.setattr(_events.TaskRunRecorder, "_post", checked)
+
+    @evaluator
+    def short(evaluated_model_output: str) -> bool:
+        return len(evaluated_model_output) < 4
+
+    exp = run_experiment("ahead", data=[{"evaluated_model_output": str(i)} for i in range(150)],
+                         evaluators=[short, length_of_output], mode="fast",
+                         results_dir=results_dir, print_summary=False, max_concurrency=8)
+    assert len(ahead) >= 3 and max(ahead) <= 100, ahead
+    assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
+
+
+@evaluator
+def length_of_output(evaluated_model_output: str) -> float:
+    return float(len(evaluated_model_output))
