@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from ._runner import Invocation
 from ._steps import Step
 
 T = TypeVar("T")
+logger = logging.getLogger("patronus_tasks")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 
 
@@ -142,4 +144,8 @@ async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 
         while seen < expected and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
             seen = await count_task_runs(flow_run_id, client)
+    if seen < expected:
+        logger.warning("Prefect has recorded %d of this experiment's %d task runs after %.0f s; "
+                       "the rest may still come, or be lost (see the server's log)",
+                       seen, expected, timeout)
     return seen

@@ -137,3 +137,18 @@ def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
 @evaluator
 def length_of_output(evaluated_model_output: str) -> float:
     return float(len(evaluated_model_output))
+
+
+def test_waiting_for_records_says_how_many_are_missing(
+        prefect_server: str, caplog: pytest.LogCaptureFixture) -> None:
+    from patronus_tasks._prefect import wait_until_recorded
+
+    async def missing() -> int:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("nothing-recorded")
+            created = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
+        return await wait_until_recorded(created.json()["id"], expected=3, timeout=1)
+
+    with caplog.at_level("WARNING", logger="patronus_tasks"):
+        assert asyncio.run(missing()) == 0
+    assert "recorded 0 of this experiment's 3 task runs" in caplog.text
