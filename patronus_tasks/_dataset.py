@@ -42,9 +42,7 @@ class Dataset:
 
     def rows(self) -> Iterator[Row]:
         """Yield each sample as a `Row`."""
-        columns = self.df.columns
-        for values in self.df.itertuples(index=False, name=None):
-            yield Row(list(values), index=columns, dtype=object)
+        return (sample.row for sample in self.samples())
 
     def samples(self) -> Iterator[Sample]:
         """Yield each sample as the runner carries it (values, `Row` on demand)."""
