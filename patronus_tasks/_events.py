@@ -5,7 +5,7 @@ a ``prefect.task-run.<State>`` event, and the server's task-run recorder builds 
 run from it. This module sends the same events for calls it did not run through the
 engine, in batches through ``POST /api/events``, at a fraction of the engine's CPU cost.
 The event format is Prefect's internal contract (checked against Prefect 3.8 and 3.9 by
-``tests/test_events_contract.py``).
+``tests/test_modes.py``).
 
 Each call is recorded by one event, its final state (``Completed``, ``Failed`` or
 ``TimedOut``), carrying the task run's name, key, start and end time, run count, tags,
@@ -13,13 +13,11 @@ its upstream call (``wait_for``) and its parent (``__parents__``). The ``Running
 is not sent: one event per call halves what the server must ingest, and the server's
 ingestion, not the client, is what limits how soon every call is visible.
 
-Flow control: Prefect's in-memory broker holds at most 10,000 events per consumer and
-drops the rest (logging a warning only), and the server takes POSTs far faster than it
-records them (~3.5 ms of CPU per event). So the poster keeps at most `MAX_AHEAD` events
-posted but not yet taken by the slower of the two consumers it can see: the task-run
-recorder (task runs recorded) and the event persister (events stored; ~2.5x slower than
-the recorder). The rest wait here, serialised (~1 KB each), up to `MAX_BUFFERED_BYTES`;
-past that, calls wait (rows then go no faster than the server records them).
+Flow control: the poster keeps at most `MAX_AHEAD` events posted but not yet taken by
+the slower of the server's task-run recorder and event persister (`_backlog.Backlog`: its
+broker drops events past 10,000 queued per consumer). The rest wait here, serialised
+(~1 KB each), up to `MAX_BUFFERED_BYTES`; past that, calls wait (rows then go no faster
+than the server records them).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from typing import Any
 import orjson
 from prefect.client.orchestration import get_client
 
-from ._prefect import count_events, count_task_runs
+from ._backlog import Backlog
 from ._runner import Invocation, LocalStepRunner
 
 logger = logging.getLogger("patronus_tasks.events")
@@ -48,8 +46,6 @@ MAX_BUFFERED_BYTES = 200 * 2**20
 #: How often to ask the server how far it got, and how long it may record nothing
 #: while events are pending before the poster stops waiting for it (and says so).
 _POLL_SECONDS, _STALL_SECONDS = 0.5, 60.0
-#: The events count is a heavier query than the task-run count: asked for less often.
-_EVENTS_POLL_SECONDS = 2.0
 
 
 def _now() -> dt.datetime:
@@ -84,14 +80,12 @@ class TaskRunRecorder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._client: Any = None
-        self.sent = self.lost = 0
-        self._taken = 0  # of our events, how many the slower consumer has taken
-        self._progress = _Progress(flow_run_id)
+        self.lost = 0
+        self.backlog = Backlog()
 
     async def __aenter__(self) -> TaskRunRecorder:
         self._client = get_client()
         await self._client.__aenter__()
-        await self._progress.start(self._client)
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -169,26 +163,28 @@ class TaskRunRecorder:
             self._buffered_bytes -= sum(map(len, batch))
             await self._post(batch)
 
-    def _ahead(self, more: int) -> int:
-        return self.sent + more - self._taken - MAX_AHEAD
+    @property
+    def sent(self) -> int:
+        """Events the server accepted."""
+        return self.backlog.sent
 
     async def _server_catch_up(self, more: int) -> None:
         """Wait until ``more`` events keep the server within `MAX_AHEAD` of what it took."""
         progress_at = time.monotonic()
-        while self._ahead(more) > 0:
-            before = self._taken
+        while self.backlog.ahead(more) > MAX_AHEAD:
+            before = self.backlog.taken
             try:
-                self._taken = await self._progress.taken(self._client)
+                await self.backlog.refresh(self._client, persister_off_after=MAX_AHEAD)
             except Exception as exc:  # cannot tell how far it got: post, and let it cope
                 logger.warning("could not read Prefect's progress recording task runs: %s", exc)
                 return
-            if self._taken > before:
+            if self.backlog.taken > before:
                 progress_at = time.monotonic()
             elif time.monotonic() - progress_at > _STALL_SECONDS:
                 logger.warning("Prefect took none of %d pending task-run events for %.0f s; "
-                               "posting on", self.sent - self._taken, _STALL_SECONDS)
+                               "posting on", self.backlog.ahead(), _STALL_SECONDS)
                 return
-            if self._ahead(more) > 0:
+            if self.backlog.ahead(more) > MAX_AHEAD:
                 await asyncio.sleep(_POLL_SECONDS)
 
     async def _post(self, batch: list[bytes]) -> None:
@@ -199,7 +195,7 @@ class TaskRunRecorder:
                     "/events", content=body,
                     headers={"content-type": "application/json"})
                 response.raise_for_status()
-                self.sent += len(batch)
+                self.backlog.posted(batch)
                 return
             except Exception as exc:
                 if attempt == _POST_ATTEMPTS:
@@ -219,33 +215,6 @@ class TaskRunRecorder:
         if self._client is not None:
             await self._client.__aexit__(None, None, None)
             self._client = None
-
-
-class _Progress:
-    """How many of a recorder's events the server's task-run recorder and event persister
-    have taken (the slower of the two), from counts read through the API."""
-
-    def __init__(self, flow_run_id: str) -> None:
-        self.flow_run_id = flow_run_id
-        self.since = _now() - dt.timedelta(minutes=1)
-        self.runs0 = self.events0 = self.events = 0
-        self.events_at = 0.0
-        self.persisting = True  # False once the persister looks switched off
-
-    async def start(self, client: Any) -> None:
-        self.runs0 = await count_task_runs(self.flow_run_id, client)
-        self.events0 = await count_events(self.flow_run_id, self.since, client)
-
-    async def taken(self, client: Any) -> int:
-        runs = await count_task_runs(self.flow_run_id, client) - self.runs0
-        if not self.persisting:
-            return runs
-        if time.monotonic() - self.events_at >= _EVENTS_POLL_SECONDS:
-            self.events = await count_events(self.flow_run_id, self.since, client) - self.events0
-            self.events_at = time.monotonic()
-            # A server without the persister stores no event: then only task runs count.
-            self.persisting = self.events > 0 or runs < MAX_AHEAD // 2
-        return min(runs, self.events) if self.persisting else runs
 
 
 class EventStepRunner(LocalStepRunner):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -120,16 +119,6 @@ async def count_task_runs(flow_run_id: str, client: Any = None) -> int:
     response = await client._client.post("/task_runs/count", json=body)
     response.raise_for_status()
     return int(response.json())
-
-
-async def count_events(flow_run_id: str, since: dt.datetime, client: Any) -> int:
-    """How many events related to this flow run, from ``since`` on, the server has stored."""
-    body = {"filter": {"related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
-                       "occurred": {"since": since.isoformat(), "until": "2999-01-01T00:00:00Z"}},
-            "limit": 1}
-    response = await client._client.post("/events/filter", json=body)
-    response.raise_for_status()
-    return int(response.json()["total"])
 
 
 async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0) -> int:

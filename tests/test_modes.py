@@ -8,6 +8,7 @@ to Prefect: rows are recorded that way and read back through the Prefect API.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -106,19 +107,23 @@ def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
     # Prefect's broker drops events past 10,000 queued per consumer: the poster must wait
     # for the server to record and store what it was sent. Checked against the real
     # server's counts of task runs and of stored events.
+    # The poster reads the server's progress from marks (`_backlog`); this test counts
+    # everything the flow run has instead.
     from patronus_tasks import _events
-    from patronus_tasks._prefect import count_events, count_task_runs
+    from patronus_tasks._prefect import count_task_runs
 
     monkeypatch.setattr(_events, "MAX_AHEAD", 100)
     ahead: list[int] = []
     post = _events.TaskRunRecorder._post
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    events0: list[int] = []
 
     async def checked(self: Any, batch: list[bytes]) -> None:
         # Of the events sent, the slower of the recorder and the persister has taken:
-        p = self._progress
-        runs = await count_task_runs(self.flow_run_id, self._client) - p.runs0
-        events = await count_events(self.flow_run_id, p.since, self._client) - p.events0
-        ahead.append(self.sent + len(batch) - min(runs, events))
+        runs = await count_task_runs(self.flow_run_id, self._client)
+        events = await _count_events(self.flow_run_id, since, self._client)
+        events0.extend([] if events0 else [events])  # the flow run's own, before ours
+        ahead.append(self.sent + len(batch) - min(runs, events - events0[0]))
         await post(self, batch)
 
     monkeypatch.setattr(_events.TaskRunRecorder, "_post", checked)
@@ -132,6 +137,16 @@ def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
                          results_dir=results_dir, print_summary=False, max_concurrency=8)
     assert len(ahead) >= 3 and max(ahead) <= 100, ahead
     assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
+
+
+async def _count_events(flow_run_id: str, since: dt.datetime, client: Any) -> int:
+    """Events related to this flow run, from ``since`` on, that the server stored."""
+    body = {"filter": {"related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+                       "occurred": {"since": since.isoformat(), "until": "2999-01-01T00:00:00Z"}},
+            "limit": 1}
+    response = await client._client.post("/events/filter", json=body)
+    response.raise_for_status()
+    return int(response.json()["total"])
 
 
 @evaluator
@@ -152,3 +167,48 @@ def test_waiting_for_records_says_how_many_are_missing(
     with caplog.at_level("WARNING", logger="patronus_tasks"):
         assert asyncio.run(missing()) == 0
     assert "recorded 0 of this experiment's 3 task runs" in caplog.text
+
+
+def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
+        tmp_path: Path, results_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A server whose event persister is off stores no event: waiting for stored events
+    # would stall the poster; it must notice and pace by the task-run recorder alone.
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from patronus_tasks import _events, _stack
+    from patronus_tasks._prefect import count_task_runs
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
+    monkeypatch.setattr(_events, "MAX_AHEAD", 100)
+    monkeypatch.setattr(_events, "_STALL_SECONDS", 5.0)
+    backlogs = []
+    aclose = _events.TaskRunRecorder.aclose
+
+    async def closing(self: Any) -> None:
+        backlogs.append(self.backlog)
+        await aclose(self)
+
+    monkeypatch.setattr(_events.TaskRunRecorder, "aclose", closing)
+    stack = _stack.up(tmp_path, tmp_path / "home", port, deploy=False, worker=False, nice=0)
+    try:
+        with temporary_settings({PREFECT_API_URL: stack.api_url}):
+            exp = run_experiment(
+                "no-persister", data=[{"evaluated_model_output": str(i)} for i in range(150)],
+                evaluators=[length_of_output, _short], mode="fast", results_dir=results_dir,
+                print_summary=False, max_concurrency=8)
+            assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
+    finally:
+        _stack.down(tmp_path / "home")
+    assert backlogs and not backlogs[0].persisting
+    assert not [r for r in caplog.records if "took none" in r.getMessage()]
+
+
+@evaluator
+def _short(evaluated_model_output: str) -> bool:
+    return len(evaluated_model_output) < 4
