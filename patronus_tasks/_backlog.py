@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, NamedTuple
 
-import orjson
-
 
 class _Mark(NamedTuple):
     sent: int  # events posted up to and including this batch
@@ -38,12 +36,10 @@ class Backlog:
         self._stored_any = False
         self._marks: deque[_Mark] = deque()
 
-    def posted(self, batch: list[bytes]) -> None:
-        """Count a batch the server accepted, and mark it by its last event."""
-        last = orjson.loads(batch[-1])
-        task_run_id = last["resource"]["prefect.resource.id"].removeprefix("prefect.task-run.")
-        self.sent += len(batch)
-        self._marks.append(_Mark(self.sent, last["id"], task_run_id))
+    def posted(self, count: int, event_id: str, task_run_id: str) -> None:
+        """Count a batch the server accepted, marked by its last event and task run."""
+        self.sent += count
+        self._marks.append(_Mark(self.sent, event_id, task_run_id))
 
     def ahead(self, more: int = 0) -> int:
         """Events posted (plus ``more``) that the slower consumer has not taken yet."""

@@ -60,6 +60,31 @@ def _state(inv: Invocation) -> tuple[str, str, str | None]:
     return "FAILED", name, f"{inv.error.type}: {inv.error.message}"[:10_000]
 
 
+class _Batch:
+    """Events serialised into one JSON array body (without its brackets).
+
+    Copied into one buffer as they come: each ``orjson.dumps`` result keeps an 8 KB
+    allocation whatever its length, so holding them one by one cost 8x their size.
+    """
+
+    __slots__ = ("count", "data", "last")
+
+    def __init__(self) -> None:
+        self.data, self.count = bytearray(), 0
+        self.last = ("", "")  # the last event's id and task run id: the batch's mark
+
+    def add(self, event: dict[str, Any]) -> int:
+        """Append one event; return the bytes it took."""
+        before = len(self.data)
+        if self.count:
+            self.data += b","
+        self.data += orjson.dumps(event)
+        self.count += 1
+        self.last = (event["id"], event["resource"]["prefect.resource.id"].removeprefix(
+            "prefect.task-run."))
+        return len(self.data) - before
+
+
 class TaskRunRecorder:
     """Buffers task-run events and posts them to the Prefect API in batches.
 
@@ -75,10 +100,11 @@ class TaskRunRecorder:
                           "prefect.resource.role": "flow-run"}]
         self._related += [{"prefect.resource.id": f"prefect.tag.{t}",
                            "prefect.resource.role": "tag"} for t in self.tags]
-        self._buffer: deque[bytes] = deque()
+        self._buffer: deque[_Batch] = deque()
         self._buffered_bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._client: Any = None
         self.lost = 0
         self.backlog = Backlog()
@@ -135,11 +161,11 @@ class TaskRunRecorder:
         self._push(self._event(task_run_id, inv, kind, name, message, end, run))
 
     def _push(self, event: dict[str, Any]) -> None:
-        data = orjson.dumps(event)
-        self._buffer.append(data)
-        self._buffered_bytes += len(data)
-        if len(self._buffer) >= _FLUSH_EVENTS:
-            self._wake.set()
+        if not self._buffer or self._buffer[-1].count >= min(_FLUSH_EVENTS, MAX_AHEAD):
+            self._buffer.append(_Batch())
+            if len(self._buffer) > 1:
+                self._wake.set()
+        self._buffered_bytes += self._buffer[-1].add(event)
 
     async def backpressure(self) -> None:
         """Wait while the buffer is over its bound and the poster is running."""
@@ -148,7 +174,7 @@ class TaskRunRecorder:
             await asyncio.sleep(0.05)
 
     async def _loop(self) -> None:
-        while True:
+        while not self._closing:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), _FLUSH_SECONDS)
             self._wake.clear()
@@ -157,10 +183,9 @@ class TaskRunRecorder:
     async def flush(self) -> None:
         """Post every buffered event, with retries; count what could not be sent."""
         while self._buffer:
-            size = min(_FLUSH_EVENTS, MAX_AHEAD, len(self._buffer))
-            await self._server_catch_up(size)
-            batch = [self._buffer.popleft() for _ in range(size)]
-            self._buffered_bytes -= sum(map(len, batch))
+            batch = self._buffer.popleft()  # taken whole: later events start a new batch
+            await self._server_catch_up(batch.count)
+            self._buffered_bytes -= len(batch.data)
             await self._post(batch)
 
     @property
@@ -187,29 +212,30 @@ class TaskRunRecorder:
             if self.backlog.ahead(more) > MAX_AHEAD:
                 await asyncio.sleep(_POLL_SECONDS)
 
-    async def _post(self, batch: list[bytes]) -> None:
-        body = b"[" + b",".join(batch) + b"]"
+    async def _post(self, batch: _Batch) -> None:
+        body = b"[" + batch.data + b"]"
         for attempt in range(1, _POST_ATTEMPTS + 1):
             try:
                 response = await self._client._client.post(
                     "/events", content=body,
                     headers={"content-type": "application/json"})
                 response.raise_for_status()
-                self.backlog.posted(batch)
+                self.backlog.posted(batch.count, *batch.last)
                 return
             except Exception as exc:
                 if attempt == _POST_ATTEMPTS:
-                    self.lost += len(batch)
+                    self.lost += batch.count
                     logger.error("could not record %d task-run events in Prefect: %s",
-                                 len(batch), exc)
+                                 batch.count, exc)
                     return
                 await asyncio.sleep(0.2 * 2**attempt)
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let the poster finish the batch in hand: cancelled, it would drop it.
+            self._closing = True
+            self._wake.set()
+            await self._task
             self._task = None
         await self.flush()
         if self._client is not None:

@@ -118,12 +118,12 @@ def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
     since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     events0: list[int] = []
 
-    async def checked(self: Any, batch: list[bytes]) -> None:
+    async def checked(self: Any, batch: Any) -> None:
         # Of the events sent, the slower of the recorder and the persister has taken:
         runs = await count_task_runs(self.flow_run_id, self._client)
         events = await _count_events(self.flow_run_id, since, self._client)
         events0.extend([] if events0 else [events])  # the flow run's own, before ours
-        ahead.append(self.sent + len(batch) - min(runs, events - events0[0]))
+        ahead.append(self.sent + batch.count - min(runs, events - events0[0]))
         await post(self, batch)
 
     monkeypatch.setattr(_events.TaskRunRecorder, "_post", checked)
