@@ -24,7 +24,7 @@ from prefect.artifacts import (
 from prefect.client.orchestration import get_client
 
 from ._records import STATUS_ERROR
-from ._summary import Summary
+from ._summary import SUMMARY_COLUMNS, Summary
 
 FAILURES_SHOWN = 10
 
@@ -57,6 +57,10 @@ def _cell(value: Any, width: int = 200) -> str:
     text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
     text = " ".join(text.split()).replace("|", "\\|")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+#: The record columns the report reads: the summary's, and the failures'.
+REPORT_COLUMNS = (*SUMMARY_COLUMNS, "error_type", "error_message", "explanation")
 
 
 def _failure_lines(df: pd.DataFrame) -> list[str]:

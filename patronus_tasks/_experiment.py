@@ -27,7 +27,7 @@ from ._records import STATUS_ERROR
 from ._runner import LocalStepRunner, RowRunner, StepRunner, run_rows
 from ._spec import ExperimentSpec, Mode, make_spec
 from ._steps import Evaluator, Task
-from ._summary import Summary, summarize
+from ._summary import SUMMARY_COLUMNS, Summary, summarize
 from ._threads import DaemonThreadPool
 
 T = TypeVar("T")
@@ -190,8 +190,9 @@ class Experiment:
     def results_path(self) -> Path:
         return self.path / _parquet.RESULTS_FILE
 
-    def to_dataframe(self) -> pd.DataFrame:
-        return _parquet.read_results(self.path).to_pandas()
+    def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The records (``columns``: only these), as a DataFrame."""
+        return _parquet.read_results(self.path, list(columns) if columns else None).to_pandas()
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
         """Write (or return, with no path) the records as CSV."""
@@ -206,7 +207,8 @@ class Experiment:
         """Per (link, evaluator) statistics of the records (``df``: already read records)."""
         order = [(i, e["name"]) for i, lk in enumerate(self.manifest.get("links", []))
                  for e in lk["evaluators"]]
-        records = self.to_dataframe() if df is None else df
+        # Only what the summary reads: the dataset's columns can be most of the records.
+        records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
         return summarize(records, order, location=str(self.results_path))
 
     def format_summary(self) -> str:

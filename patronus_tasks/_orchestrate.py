@@ -54,7 +54,7 @@ def _task_runner(spec: ExperimentSpec) -> Any:
 async def _publish(spec: ExperimentSpec) -> tuple[Experiment, Summary]:
     """Publish the artifacts; return the experiment and its summary (read once)."""
     experiment = Experiment(spec.out_dir)
-    df = experiment.to_dataframe()
+    df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
     await _artifacts.publish(spec.project_name, spec.experiment_name, summary, df,
                              experiment.results_path)

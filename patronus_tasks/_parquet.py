@@ -251,11 +251,19 @@ def remove_parts(out_dir: Path) -> None:
         parts.rmdir()
 
 
-def read_results(out_dir: Path) -> pa.Table:
-    """The records of an experiment: the final file, or what an unfinished one left."""
+def read_results(out_dir: Path, columns: list[str] | None = None) -> pa.Table:
+    """The records of an experiment: the final file, or what an unfinished one left.
+
+    ``columns``: only these (every record has the fixed ones, see `_records`).
+    """
     final = out_dir / RESULTS_FILE
     if final.exists():
-        return pq.read_table(final)
+        return pq.read_table(final, columns=columns)
+    table = _read_unfinished(out_dir)
+    return table.select(columns) if columns else table
+
+
+def _read_unfinished(out_dir: Path) -> pa.Table:
     tables = unfinished_tables(out_dir)
     previous = out_dir / PREVIOUS_FILE
     if previous.exists():  # an interrupted resume: newer records win per sample

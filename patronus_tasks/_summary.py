@@ -91,6 +91,11 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
     )
 
 
+#: The record columns `summarize` reads.
+SUMMARY_COLUMNS = ("sid", "link_index", "task_name", "evaluator_name", "status", "error_stage",
+                   "pass", "score")
+
+
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
               location: str | None = None) -> Summary:
     """Summarise records; ``order`` lists (link, evaluator) pairs in chain order."""
