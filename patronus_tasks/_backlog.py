@@ -15,6 +15,7 @@ found means the first ``k`` batches were taken.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ class Backlog:
         self.persisting = True  # False once the event persister looks switched off
         self._recorded = 0  # events the task-run recorder alone has taken
         self._stored_any = False
+        self._recorded_at = 0.0  # when the recorder was first seen to take one
         self._marks: deque[_Mark] = deque()
 
     def posted(self, count: int, event_id: str, task_run_id: str) -> None:
@@ -45,11 +47,12 @@ class Backlog:
         """Events posted (plus ``more``) that the slower consumer has not taken yet."""
         return self.sent + more - self.taken
 
-    async def refresh(self, client: Any, persister_off_after: int) -> None:
+    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> None:
         """Ask the server which marks exist; move ``taken`` on past those found.
 
         The persister is taken to be off once the recorder has taken
-        ``persister_off_after`` events and not one of them was stored.
+        ``persister_off_after`` events and, ``grace`` seconds after it took the first,
+        not one was stored (it flushes every 5 s by default; the recorder can be faster).
         """
         if not self._marks:
             return
@@ -57,13 +60,18 @@ class Backlog:
         recorded = await _count_task_runs(client, [m.task_run_id for m in marks])
         if recorded:
             self._recorded = marks[recorded - 1].sent
+            self._recorded_at = self._recorded_at or time.monotonic()
         stored = recorded
         if self.persisting:
             stored = await _count_events(client, [m.event_id for m in marks])
             self._stored_any = self._stored_any or stored > 0
-            if not self._stored_any and self._recorded >= persister_off_after:
+            if self._persister_silent(persister_off_after, grace):
                 self.persisting, stored = False, recorded
         self._advance(min(recorded, stored))
+
+    def _persister_silent(self, after: int, grace: float) -> bool:
+        return (not self._stored_any and self._recorded >= after
+                and time.monotonic() - self._recorded_at >= grace)
 
     def _advance(self, batches: int) -> None:
         for _ in range(batches):

@@ -46,6 +46,9 @@ MAX_BUFFERED_BYTES = 200 * 2**20
 #: How often to ask the server how far it got, and how long it may record nothing
 #: while events are pending before the poster stops waiting for it (and says so).
 _POLL_SECONDS, _STALL_SECONDS = 0.5, 60.0
+#: How long the event persister may store nothing while the task-run recorder takes
+#: events, before it is taken to be switched off (three of its default flush intervals).
+_PERSISTER_GRACE_SECONDS = 15.0
 
 
 def _now() -> dt.datetime:
@@ -199,7 +202,8 @@ class TaskRunRecorder:
         while self.backlog.ahead(more) > MAX_AHEAD:
             before = self.backlog.taken
             try:
-                await self.backlog.refresh(self._client, persister_off_after=MAX_AHEAD)
+                await self.backlog.refresh(self._client, persister_off_after=MAX_AHEAD,
+                                           grace=_PERSISTER_GRACE_SECONDS)
             except Exception as exc:  # cannot tell how far it got: post, and let it cope
                 logger.warning("could not read Prefect's progress recording task runs: %s", exc)
                 return

@@ -186,7 +186,8 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
         port = sock.getsockname()[1]
     monkeypatch.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
     monkeypatch.setattr(_events, "MAX_AHEAD", 100)
-    monkeypatch.setattr(_events, "_STALL_SECONDS", 5.0)
+    monkeypatch.setattr(_events, "_STALL_SECONDS", 8.0)
+    monkeypatch.setattr(_events, "_PERSISTER_GRACE_SECONDS", 3.0)
     backlogs = []
     aclose = _events.TaskRunRecorder.aclose
 
