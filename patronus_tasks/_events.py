@@ -108,6 +108,7 @@ class TaskRunRecorder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._paced = True  # False once the server stalled: the rest is posted unpaced
         self._client: Any = None
         self.lost = 0
         self.backlog = Backlog()
@@ -199,7 +200,7 @@ class TaskRunRecorder:
     async def _server_catch_up(self, more: int) -> None:
         """Wait until ``more`` events keep the server within `MAX_AHEAD` of what it took."""
         progress_at = time.monotonic()
-        while self.backlog.ahead(more) > MAX_AHEAD:
+        while self._paced and self.backlog.ahead(more) > MAX_AHEAD:
             before = self.backlog.taken
             try:
                 await self.backlog.refresh(self._client, persister_off_after=MAX_AHEAD,
@@ -210,8 +211,11 @@ class TaskRunRecorder:
             if self.backlog.taken > before:
                 progress_at = time.monotonic()
             elif time.monotonic() - progress_at > _STALL_SECONDS:
+                # Waiting again for every later batch would only make closing take minutes.
                 logger.warning("Prefect took none of %d pending task-run events for %.0f s; "
-                               "posting on", self.backlog.ahead(), _STALL_SECONDS)
+                               "posting the rest without waiting", self.backlog.ahead(),
+                               _STALL_SECONDS)
+                self._paced = False
                 return
             if self.backlog.ahead(more) > MAX_AHEAD:
                 await asyncio.sleep(_POLL_SECONDS)

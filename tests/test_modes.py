@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,43 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
 @evaluator
 def _short(evaluated_model_output: str) -> bool:
     return len(evaluated_model_output) < 4
+
+
+def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A server that records nothing (recorder and persister off): the poster waits one
+    # stall, says so once, and posts the rest without waiting again for every batch.
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from patronus_tasks import _events, _stack
+    from patronus_tasks._runner import Invocation
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED", "false")
+    monkeypatch.setattr(_events, "MAX_AHEAD", 100)
+    monkeypatch.setattr(_events, "_STALL_SECONDS", 1.0)
+    stack = _stack.up(tmp_path, tmp_path / "home", port, deploy=False, worker=False, nice=0)
+
+    async def record() -> int:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("records-nothing")
+            run = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
+        now = dt.datetime.now(dt.UTC)
+        async with _events.TaskRunRecorder(run.json()["id"], []) as recorder:
+            for i in range(400):
+                inv = Invocation(_short, {}, f"_short-{i}", None)
+                recorder.finished(str(uuid.uuid4()), inv, None, now, now)
+        return recorder.sent
+
+    try:
+        with temporary_settings({PREFECT_API_URL: stack.api_url}):
+            assert asyncio.run(record()) == 400
+    finally:
+        _stack.down(tmp_path / "home")
+    stalls = [r for r in caplog.records if "took none" in r.getMessage()]
+    assert len(stalls) == 1, [r.getMessage() for r in stalls]
