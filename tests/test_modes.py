@@ -8,8 +8,10 @@ to Prefect: rows are recorded that way and read back through the Prefect API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,17 +177,9 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
         caplog: pytest.LogCaptureFixture) -> None:
     # A server whose event persister is off stores no event: waiting for stored events
     # would stall the poster; it must notice and pace by the task-run recorder alone.
-    import socket
-
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from patronus_tasks import _events, _stack
+    from patronus_tasks import _events
     from patronus_tasks._prefect import count_task_runs
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
     monkeypatch.setattr(_events, "MAX_AHEAD", 100)
     monkeypatch.setattr(_events, "_STALL_SECONDS", 8.0)
     monkeypatch.setattr(_events, "_PERSISTER_GRACE_SECONDS", 3.0)
@@ -197,18 +191,37 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
         await aclose(self)
 
     monkeypatch.setattr(_events.TaskRunRecorder, "aclose", closing)
+    with _server_without(tmp_path, monkeypatch, "EVENT_PERSISTER"):
+        exp = run_experiment(
+            "no-persister", data=[{"evaluated_model_output": str(i)} for i in range(150)],
+            evaluators=[length_of_output, _short], mode="fast", results_dir=results_dir,
+            print_summary=False, max_concurrency=8)
+        assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
+    assert backlogs and not backlogs[0].persisting
+    assert not [r for r in caplog.records if "took none" in r.getMessage()]
+
+
+@contextlib.contextmanager
+def _server_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *services: str
+                    ) -> Iterator[None]:
+    """A real Prefect server of its own with these services off, as the API meanwhile."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from patronus_tasks import _stack
+
+    for service in services:
+        monkeypatch.setenv(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     stack = _stack.up(tmp_path, tmp_path / "home", port, deploy=False, worker=False, nice=0)
     try:
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
-            exp = run_experiment(
-                "no-persister", data=[{"evaluated_model_output": str(i)} for i in range(150)],
-                evaluators=[length_of_output, _short], mode="fast", results_dir=results_dir,
-                print_summary=False, max_concurrency=8)
-            assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
+            yield
     finally:
         _stack.down(tmp_path / "home")
-    assert backlogs and not backlogs[0].persisting
-    assert not [r for r in caplog.records if "took none" in r.getMessage()]
 
 
 @evaluator
@@ -220,21 +233,11 @@ def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # A server that records nothing (recorder and persister off): the poster waits one
     # stall, says so once, and posts the rest without waiting again for every batch.
-    import socket
-
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from patronus_tasks import _events, _stack
+    from patronus_tasks import _events
     from patronus_tasks._runner import Invocation
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED", "false")
-    monkeypatch.setenv("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED", "false")
     monkeypatch.setattr(_events, "MAX_AHEAD", 100)
     monkeypatch.setattr(_events, "_STALL_SECONDS", 1.0)
-    stack = _stack.up(tmp_path, tmp_path / "home", port, deploy=False, worker=False, nice=0)
 
     async def record() -> int:
         async with get_client() as client:
@@ -247,10 +250,7 @@ def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing
                 recorder.finished(str(uuid.uuid4()), inv, None, now, now)
         return recorder.sent
 
-    try:
-        with temporary_settings({PREFECT_API_URL: stack.api_url}):
-            assert asyncio.run(record()) == 400
-    finally:
-        _stack.down(tmp_path / "home")
+    with _server_without(tmp_path, monkeypatch, "EVENT_PERSISTER", "TASK_RUN_RECORDER"):
+        assert asyncio.run(record()) == 400
     stalls = [r for r in caplog.records if "took none" in r.getMessage()]
     assert len(stalls) == 1, [r.getMessage() for r in stalls]
