@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -159,9 +160,10 @@ def _write_atomic(table: pa.Table, path: Path) -> None:
 def make_writable(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        # A probe of its own: Dask workers check one folder at once, and a shared name
+        # let one delete the other's probe before it did.
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
     except OSError as exc:
         raise ConfigError(
             f"results directory {path} is not writable ({exc.strerror}). "

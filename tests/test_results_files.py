@@ -172,3 +172,19 @@ def test_journal_recovers_types_json_cannot_keep(tmp_path: Path) -> None:
     back = table.to_pylist()
     assert [r["when"] for r in back] == [dt.datetime(2026, 1, 1), dt.datetime(2026, 2, 3)]
     assert [r["blob"] for r in back] == [b"\x00\x01", b"\xff"] and [r["n"] for r in back] == [1, 2]
+
+
+def test_writers_checking_one_folder_at_once_do_not_trip_each_other(tmp_path: Path) -> None:
+    """Dask workers start their batches together: each checks the parts folder is
+    writable, and one's check must not delete the other's probe (CI caught it once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from patronus_tasks._parquet import make_writable
+
+    def check_often(_: int) -> None:
+        for _ in range(300):
+            make_writable(tmp_path / "parts")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(check_often, range(4)))
+    assert list((tmp_path / "parts").iterdir()) == []
