@@ -162,7 +162,8 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
           f"{calls_per_row} model calls per row"
           + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
     print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
-          f"{'framework':>9} {'rss MB':>7} {'visible s':>9} {'model srv':>9} {'prefect srv':>11}")
+          f"{'framework':>9} {'rss MB':>7} {'rows vis s':>10} {'visible s':>9} {'model srv':>9} "
+          f"{'prefect srv':>11}")
     for r in results:
         if "error" in r:
             print(f"{r['mode']:8} failed: {r['error']}")
@@ -172,10 +173,12 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
         cpu_row = 1000 * r["cpu"] / rows
         framework = cpu_row - 1000 * plain["cpu"] / rows
         visible = "-" if r.get("visible_after") is None else f"{r['visible_after']:.1f}"
+        rows_visible = "-" if r.get("rows_visible_after") is None \
+            else f"{max(0.0, r['rows_visible_after']):.1f}"
         if r.get("missing"):
             visible = f"{r['missing']} lost"
         print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
-              f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {visible:>9} "
+              f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {rows_visible:>10} {visible:>9} "
               f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f}")
 
 

@@ -108,6 +108,25 @@ async def _until_visible(flow_run_id: str, calls: int, stall: float = 120) -> in
     return calls - seen
 
 
+async def _rows_visible_at(flow_run_id: str, name: str) -> float | None:
+    """When the last of the rows' own task runs (``name``'s) was recorded: the server's
+    ``created`` of each, read once every record is in (polling during the run would take
+    the server's CPU from the rows being measured)."""
+    from prefect.client.orchestration import get_client
+
+    latest, offset = None, 0
+    async with get_client() as client:
+        while True:
+            response = await client._client.post("/task_runs/filter", json={
+                "flow_runs": {"id": {"any_": [flow_run_id]}},
+                "task_runs": {"name": {"like_": f"{name}-"}}, "limit": 200, "offset": offset})
+            page = response.json()
+            if not page:
+                return latest
+            newest = max(dt.datetime.fromisoformat(r["created"]).timestamp() for r in page)
+            latest, offset = max(latest or newest, newest), offset + len(page)
+
+
 def main() -> None:
     args = _args()
     if args.mode != "plain":
@@ -125,10 +144,14 @@ def main() -> None:
     if flow_run_id:
         # run_experiment waits up to 60 s for the records; past that, keep counting here.
         missing = asyncio.run(_until_visible(flow_run_id, calls))
+    rows_at = None
+    if flow_run_id and not args.taskless:
+        rows_at = asyncio.run(_rows_visible_at(flow_run_id, "call_model"))
     returned = time.time() - (120 if missing else 0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"mode": args.mode, "wall": rows_done - t0, "cpu": cpu, "rss_mb": rss_mb,
                       "visible_after": returned - rows_done if flow_run_id else None,
+                      "rows_visible_after": None if rows_at is None else rows_at - rows_done,
                       "flow_run_id": flow_run_id, "calls": calls, "missing": missing}))
 
 

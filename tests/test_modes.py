@@ -254,3 +254,32 @@ def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing
         assert asyncio.run(record()) == 400
     stalls = [r for r in caplog.records if "took none" in r.getMessage()]
     assert len(stalls) == 1, [r.getMessage() for r in stalls]
+
+
+def test_fast_mode_posts_the_rows_task_runs_before_their_evaluators(
+        prefect_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # When the server lags, every row's own task run should be recorded first: evaluator
+    # events made earlier wait behind task events made later.
+    from patronus_tasks import _events, _prefect
+    from patronus_tasks._runner import Invocation
+
+    monkeypatch.setattr(_events, "MAX_AHEAD", 10)  # batches of 10, each waits for the last
+
+    async def record() -> str:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("rows-first")
+            run = (await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})).json()
+        now = dt.datetime.now(dt.UTC)
+        async with _events.TaskRunRecorder(run["id"], []) as recorder:
+            for step, count in ((_short, 30), (first, 30)):
+                for i in range(count):
+                    recorder.finished(str(uuid.uuid4()), Invocation(step, {}, f"{step.name}-{i}",
+                                                                    None), None, now, now)
+        assert await _prefect.wait_until_recorded(str(run["id"]), 60) == 60
+        return str(run["id"])
+
+    runs = asyncio.run(_runs(asyncio.run(record())))
+    assert len(runs) == 60
+    created = {kind: sorted(r.created for r in runs if r.name.startswith(kind))
+               for kind in ("first-", "_short-")}
+    assert created["first-"][-1] <= created["_short-"][0]
