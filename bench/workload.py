@@ -144,10 +144,10 @@ def main() -> None:
     if flow_run_id:
         # run_experiment waits up to 60 s for the records; past that, keep counting here.
         missing = asyncio.run(_until_visible(flow_run_id, calls))
+    returned = time.time() - (120 if missing else 0)
     rows_at = None
     if flow_run_id and not args.taskless:
         rows_at = asyncio.run(_rows_visible_at(flow_run_id, "call_model"))
-    returned = time.time() - (120 if missing else 0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"mode": args.mode, "wall": rows_done - t0, "cpu": cpu, "rss_mb": rss_mb,
                       "visible_after": returned - rows_done if flow_run_id else None,

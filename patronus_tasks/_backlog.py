@@ -37,11 +37,13 @@ class Backlog:
         self._stored_any = False
         self._recorded_at = 0.0  # when the recorder was first seen to take one
         self._marks: deque[_Mark] = deque()
+        self.last_task_run_id: str | None = None  # of the last batch the server accepted
 
     def posted(self, count: int, event_id: str, task_run_id: str) -> None:
         """Count a batch the server accepted, marked by its last event and task run."""
         self.sent += count
         self._marks.append(_Mark(self.sent, event_id, task_run_id))
+        self.last_task_run_id = task_run_id
 
     def ahead(self, more: int = 0) -> int:
         """Events posted (plus ``more``) that the slower consumer has not taken yet."""
@@ -57,7 +59,7 @@ class Backlog:
         if not self._marks:
             return
         marks = list(self._marks)
-        recorded = await _count_task_runs(client, [m.task_run_id for m in marks])
+        recorded = await count_task_runs_by_id(client, [m.task_run_id for m in marks])
         if recorded:
             self._recorded = marks[recorded - 1].sent
             self._recorded_at = self._recorded_at or time.monotonic()
@@ -78,7 +80,8 @@ class Backlog:
             self.taken = self._marks.popleft().sent
 
 
-async def _count_task_runs(client: Any, ids: list[str]) -> int:
+async def count_task_runs_by_id(client: Any, ids: list[str]) -> int:
+    """How many of these task runs the server has: a look-up by primary key."""
     response = await client._client.post(
         "/task_runs/count", json={"task_runs": {"id": {"any_": ids}}})
     response.raise_for_status()

@@ -81,7 +81,8 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
         finally:
             sink.flush()
             pool.shutdown(wait=False)
-    return {**vars(tally), "calls": runner.calls, "lost": recorder.lost, "pid": os.getpid()}
+    return {**vars(tally), "calls": runner.calls, "lost": recorder.lost, "pid": os.getpid(),
+            "last": recorder.last_task_run_id}
 
 
 def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int) -> list[Batch]:
@@ -95,8 +96,10 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int) -> list[Batch
             for n, i in enumerate(range(0, len(df), size))]
 
 
-async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any) -> int:
-    """Submit every batch to the flow's task runner; fold their counts into ``tally``.
+async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any, last: list[str]
+                      ) -> int:
+    """Submit every batch to the flow's task runner; fold their counts into ``tally``; put
+    each batch's last recorded task run in ``last``.
 
     Returns the task runs made: each call, plus one per batch.
     """
@@ -108,4 +111,5 @@ async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any) -> int
         for key in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows"):
             setattr(tally, key, getattr(tally, key) + result[key])
     tally.pids = sorted({r["pid"] for r in results})
+    last.extend(r["last"] for r in results if r["last"])
     return sum(r["calls"] for r in results) + len(batches)

@@ -13,10 +13,10 @@ its upstream call (``wait_for``) and its parent (``__parents__``). The ``Running
 is not sent: one event per call halves what the server must ingest, and the server's
 ingestion, not the client, is what limits how soon every call is visible.
 
-Rows first: the events of the user's ``@task`` (a row's own task run) are posted before
-the evaluators' whenever both wait, so when the server falls behind (it records a call in
-~2-3.5 ms of CPU, the client makes one in ~1 ms), every row still shows up soon after the
-experiment ends and its evaluators' task runs follow.
+Rows first: when full batches of the user's ``@task`` events (a row's own task run) wait,
+they are posted before the evaluators' events, so when the server falls behind (it
+records a call in ~2-3.5 ms of CPU, the client makes one in ~1 ms), every row still shows
+up soon after the experiment ends and its evaluators' task runs follow.
 
 Flow control: the poster keeps at most `MAX_AHEAD` events posted but not yet taken by
 the slower of the server's task-run recorder and event persister (`_backlog.Backlog`: its
@@ -66,6 +66,10 @@ def _state(inv: Invocation) -> tuple[str, str, str | None]:
     name = "TimedOut" if inv.error.type == "TimeoutError" and "timed out" in inv.error.message \
         else "Failed"
     return "FAILED", name, f"{inv.error.type}: {inv.error.message}"[:10_000]
+
+
+def _batch_size() -> int:
+    return min(_FLUSH_EVENTS, MAX_AHEAD)
 
 
 class _Batch:
@@ -172,7 +176,7 @@ class TaskRunRecorder:
         self._push(queue, self._event(task_run_id, inv, kind, name, message, end, run))
 
     def _push(self, queue: deque[_Batch], event: dict[str, Any]) -> None:
-        if not queue or queue[-1].count >= min(_FLUSH_EVENTS, MAX_AHEAD):
+        if not queue or queue[-1].count >= _batch_size():
             queue.append(_Batch())
             if len(queue) > 1:
                 self._wake.set()
@@ -193,9 +197,13 @@ class TaskRunRecorder:
 
     async def flush(self) -> None:
         """Post every buffered event, rows first, with retries; count what could not be sent."""
-        while self._queues[0] or self._queues[1]:
+        rows, evaluators = self._queues
+        while rows or evaluators:
+            # Rows first only when a full batch of them waits (the server lags): a batch
+            # still filling would otherwise always be there, and evaluators never sent.
             # Taken whole: later events start a new batch.
-            batch = (self._queues[0] or self._queues[1]).popleft()
+            full = bool(rows) and rows[0].count >= _batch_size()
+            batch = (rows if full or not evaluators else evaluators).popleft()
             await self._server_catch_up(batch.count)
             self._buffered_bytes -= len(batch.data)
             await self._post(batch)
@@ -204,6 +212,12 @@ class TaskRunRecorder:
     def sent(self) -> int:
         """Events the server accepted."""
         return self.backlog.sent
+
+    @property
+    def last_task_run_id(self) -> str | None:
+        """The task run of the last event the server accepted: once it is recorded, so is
+        every earlier one (the server's recorder takes events in order)."""
+        return self.backlog.last_task_run_id
 
     async def _server_catch_up(self, more: int) -> None:
         """Wait until ``more`` events keep the server within `MAX_AHEAD` of what it took."""

@@ -17,19 +17,21 @@ logger = logging.getLogger("patronus_tasks")
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
 
 
-async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally
-                   ) -> tuple[dict[str, Any], int]:
+async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally,
+                   last: list[str]) -> tuple[dict[str, Any], int]:
+    """Run the rows; put each event recorder's last task run in ``last`` (what to wait for)."""
     if spec.task_runner is not None:
         from ._dask import run_batches
 
         assert flow_run_id is not None
         return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally,
-                             batches=lambda t: run_batches(spec, flow_run_id, t))
+                             batches=lambda t: run_batches(spec, flow_run_id, t, last))
     if spec.mode == "engine":
         return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally)
     assert flow_run_id is not None
     async with TaskRunRecorder(flow_run_id, spec.prefect_tags) as recorder:
         outcome = await execute(spec, EventStepRunner(recorder), flow_run_id, tally)
+    last.extend([recorder.last_task_run_id] if recorder.last_task_run_id else [])
     if recorder.lost:
         logger.error("%d of %d task-run records could not be sent to Prefect",
                      recorder.lost, recorder.lost + recorder.sent)
@@ -68,14 +70,14 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
     raises `QualityGateError`; an interrupt (Ctrl-C, SIGTERM, cancellation) marks the flow
     run Cancelled, its completed rows kept for a resume.
     """
-    run: dict[str, Any] = {"calls": 0}
+    run: dict[str, Any] = {"calls": 0, "last": []}
 
     async def body() -> None:
         run["flow_run_id"] = _prefect.current_flow_run_id()
         tally = _Tally()
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):
-            _, run["calls"] = await _execute(spec, run["flow_run_id"], tally)
+            _, run["calls"] = await _execute(spec, run["flow_run_id"], tally, run["last"])
         experiment, summary = await _publish(spec)
         failures = gate_failures(spec, experiment, summary)
         if failures:
@@ -93,4 +95,5 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
         raise
     finally:
         if run.get("flow_run_id"):
-            await asyncio.shield(_prefect.wait_until_recorded(run["flow_run_id"], run["calls"]))
+            await asyncio.shield(_prefect.wait_until_recorded(run["flow_run_id"], run["calls"],
+                                                              last=run["last"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from prefect import flow
@@ -16,6 +16,7 @@ from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
+from ._backlog import count_task_runs_by_id
 from ._records import ErrorInfo
 from ._runner import Invocation
 from ._steps import Step
@@ -126,14 +127,27 @@ async def _timed_count(flow_run_id: str, client: Any) -> tuple[int, float]:
     return await count_task_runs(flow_run_id, client), time.monotonic() - start
 
 
-async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0) -> int:
+async def _until_exist(client: Any, task_run_ids: list[str], deadline: float) -> None:
+    """Wait until these task runs exist, or ``deadline``: looked up by id, cheap to ask
+    often whatever the flow run's size (counting it is not, see below)."""
+    while task_run_ids and time.monotonic() < deadline:
+        if await count_task_runs_by_id(client, task_run_ids) >= len(task_run_ids):
+            return
+        await asyncio.sleep(0.25)
+
+
+async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0,
+                              last: Sequence[str] = ()) -> int:
     """Wait until the server has recorded ``expected`` task runs, or ``timeout`` passes.
 
     The server records task runs from events a few seconds after they happen; returning
-    (and so perhaps stopping the built-in server) before that would lose them.
+    (and so perhaps stopping the built-in server) before that would lose them. ``last``:
+    each recorder's `TaskRunRecorder.last_task_run_id`; waiting for those first spares
+    counting the flow run over and over.
     """
     deadline = time.monotonic() + timeout
     async with get_client() as client:  # one client: each new one loads the CA bundle again
+        await _until_exist(client, list(last), deadline)
         seen, took = await _timed_count(flow_run_id, client)
         while seen < expected and time.monotonic() < deadline:
             # The count grows with the flow run (0.1 s at 100,000 task runs on a busy

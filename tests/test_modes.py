@@ -269,13 +269,17 @@ def test_fast_mode_posts_the_rows_task_runs_before_their_evaluators(
         async with get_client() as client:
             flow_id = await client.create_flow_from_name("rows-first")
             run = (await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})).json()
-        now = dt.datetime.now(dt.UTC)
+        now, ids = dt.datetime.now(dt.UTC), []
         async with _events.TaskRunRecorder(run["id"], []) as recorder:
             for step, count in ((_short, 30), (first, 30)):
                 for i in range(count):
-                    recorder.finished(str(uuid.uuid4()), Invocation(step, {}, f"{step.name}-{i}",
-                                                                    None), None, now, now)
-        assert await _prefect.wait_until_recorded(str(run["id"]), 60) == 60
+                    ids.append(str(uuid.uuid4()))
+                    recorder.finished(ids[-1], Invocation(step, {}, f"{step.name}-{i}", None),
+                                      None, now, now)
+        # Posted last: the last evaluator event (the end of the run waits for it).
+        assert recorder.last_task_run_id == ids[29]
+        assert await _prefect.wait_until_recorded(str(run["id"]), 60,
+                                                  last=[recorder.last_task_run_id]) == 60
         return str(run["id"])
 
     runs = asyncio.run(_runs(asyncio.run(record())))
