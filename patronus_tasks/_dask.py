@@ -54,6 +54,9 @@ class Batch:
     index: int
     flow_run_id: str
     columns: tuple[pa.Schema, frozenset[str]]
+    #: Batches that may post to the server at once (all of them, at most): their event
+    #: recorders share the server's bound (see `_events`).
+    share: int = 1
 
 
 @prefect_task(name="experiment-batch", task_run_name="batch-{batch.index}", cache_policy=NO_CACHE,
@@ -73,7 +76,8 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
         tally.add(records)
         sink.add(records)
 
-    async with TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent) as recorder:
+    async with TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
+                               share=batch.share) as recorder:
         runner = RowRunner(spec.links, EventStepRunner(recorder), tags=spec.tags,
                            limit=spec.max_concurrency, pool=pool)
         try:
@@ -89,11 +93,11 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int) -> list[Batch
     df = spec.dataset.df
     count = max(1, min(len(df), workers * BATCHES_PER_WORKER))
     size = math.ceil(len(df) / count)
-    columns = _parquet.dataset_schema(df)
+    columns, starts = _parquet.dataset_schema(df), range(0, len(df), size)
     return [Batch(replace(spec, dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
                                                 spec.dataset.source)),
-                  n, flow_run_id, columns)
-            for n, i in enumerate(range(0, len(df), size))]
+                  n, flow_run_id, columns, share=len(starts))
+            for n, i in enumerate(starts)]
 
 
 async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any, last: list[str]

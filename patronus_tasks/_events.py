@@ -20,7 +20,8 @@ up soon after the experiment ends and its evaluators' task runs follow.
 
 Flow control: the poster keeps at most `MAX_AHEAD` events posted but not yet taken by
 the slower of the server's task-run recorder and event persister (`_backlog.Backlog`: its
-broker drops events past 10,000 queued per consumer). The rest wait here, serialised
+broker drops events past 10,000 queued per consumer); ``share`` recorders posting to one
+server at once (Dask batches) keep a ``share``-th of it each. The rest wait here, serialised
 (~1 KB each), up to `MAX_BUFFERED_BYTES`; past that, calls wait (rows then go no faster
 than the server records them).
 """
@@ -68,10 +69,6 @@ def _state(inv: Invocation) -> tuple[str, str, str | None]:
     return "FAILED", name, f"{inv.error.type}: {inv.error.message}"[:10_000]
 
 
-def _batch_size() -> int:
-    return min(_FLUSH_EVENTS, MAX_AHEAD)
-
-
 class _Batch:
     """Events serialised into one JSON array body (without its brackets).
 
@@ -104,9 +101,10 @@ class TaskRunRecorder:
     does not take after retries is counted in ``lost`` and logged, never dropped silently.
     """
 
-    def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None
-                 ) -> None:
+    def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None,
+                 share: int = 1) -> None:
         self.flow_run_id, self.tags = flow_run_id, sorted(tags)
+        self.share = max(1, share)  # recorders posting to the server at once, this one included
         self.parent_task_run_id = parent_task_run_id
         self._related = [{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
                           "prefect.resource.role": "flow-run"}]
@@ -175,8 +173,16 @@ class TaskRunRecorder:
         queue = self._queues[0 if inv.step.kind == "task" else 1]
         self._push(queue, self._event(task_run_id, inv, kind, name, message, end, run))
 
+    @property
+    def max_ahead(self) -> int:
+        """Events this recorder may have posted and not yet taken: its share of `MAX_AHEAD`."""
+        return max(1, MAX_AHEAD // self.share)
+
+    def _batch_size(self) -> int:
+        return min(_FLUSH_EVENTS, self.max_ahead)
+
     def _push(self, queue: deque[_Batch], event: dict[str, Any]) -> None:
-        if not queue or queue[-1].count >= _batch_size():
+        if not queue or queue[-1].count >= self._batch_size():
             queue.append(_Batch())
             if len(queue) > 1:
                 self._wake.set()
@@ -202,7 +208,7 @@ class TaskRunRecorder:
             # Rows first only when a full batch of them waits (the server lags): a batch
             # still filling would otherwise always be there, and evaluators never sent.
             # Taken whole: later events start a new batch.
-            full = bool(rows) and rows[0].count >= _batch_size()
+            full = bool(rows) and rows[0].count >= self._batch_size()
             batch = (rows if full or not evaluators else evaluators).popleft()
             await self._server_catch_up(batch.count)
             self._buffered_bytes -= len(batch.data)
@@ -220,12 +226,12 @@ class TaskRunRecorder:
         return self.backlog.last_task_run_id
 
     async def _server_catch_up(self, more: int) -> None:
-        """Wait until ``more`` events keep the server within `MAX_AHEAD` of what it took."""
+        """Wait until ``more`` events keep the server within `max_ahead` of what it took."""
         progress_at = time.monotonic()
-        while self._paced and self.backlog.ahead(more) > MAX_AHEAD:
+        while self._paced and self.backlog.ahead(more) > self.max_ahead:
             before = self.backlog.taken
             try:
-                await self.backlog.refresh(self._client, persister_off_after=MAX_AHEAD,
+                await self.backlog.refresh(self._client, persister_off_after=self.max_ahead,
                                            grace=_PERSISTER_GRACE_SECONDS)
             except Exception as exc:  # cannot tell how far it got: post, and let it cope
                 logger.warning("could not read Prefect's progress recording task runs: %s", exc)
@@ -239,7 +245,7 @@ class TaskRunRecorder:
                                _STALL_SECONDS)
                 self._paced = False
                 return
-            if self.backlog.ahead(more) > MAX_AHEAD:
+            if self.backlog.ahead(more) > self.max_ahead:
                 await asyncio.sleep(_POLL_SECONDS)
 
     async def _post(self, batch: _Batch) -> None:

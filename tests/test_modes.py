@@ -142,6 +142,46 @@ def test_fast_mode_posts_no_further_ahead_of_the_server_than_max_ahead(
     assert asyncio.run(count_task_runs(exp.manifest["flow_run_id"])) == 300
 
 
+def test_recorders_posting_at_once_share_the_bound(
+        prefect_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dask batches each post their own events to one server: together they must stay
+    # within MAX_AHEAD of it, or its broker drops what is past its queue.
+    from patronus_tasks import _events
+    from patronus_tasks._prefect import count_task_runs, wait_until_recorded
+    from patronus_tasks._runner import Invocation
+
+    monkeypatch.setattr(_events, "MAX_AHEAD", 100)
+    post, ahead, since = _events.TaskRunRecorder._post, [], dt.datetime.now(dt.UTC)
+    recorders: list[Any] = []
+
+    async def checked(self: Any, batch: Any) -> None:
+        runs = await count_task_runs(self.flow_run_id, self._client)
+        events = await _count_events(self.flow_run_id, since, self._client)
+        ahead.append(sum(r.sent for r in recorders) + batch.count - min(runs, events))
+        await post(self, batch)
+
+    monkeypatch.setattr(_events.TaskRunRecorder, "_post", checked)
+
+    async def one(flow_run_id: str, name: str) -> None:
+        async with _events.TaskRunRecorder(flow_run_id, [], share=3) as recorder:
+            recorders.append(recorder)
+            now = dt.datetime.now(dt.UTC)
+            for i in range(200):
+                inv = Invocation(_short, {}, f"{name}-{i}", None)
+                recorder.finished(str(uuid.uuid4()), inv, None, now, now)
+
+    async def record() -> str:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("shared-bound")
+            run = (await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})).json()
+        await asyncio.gather(*(one(run["id"], f"r{n}") for n in range(3)))
+        return await wait_until_recorded(run["id"], 600, last=[r.last_task_run_id
+                                                               for r in recorders])
+
+    assert asyncio.run(record()) == 600
+    assert len(ahead) >= 6 and max(ahead) <= 100, ahead
+
+
 async def _count_events(flow_run_id: str, since: dt.datetime, client: Any) -> int:
     """Events related to this flow run, from ``since`` on, that the server stored."""
     body = {"filter": {"related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
