@@ -15,8 +15,9 @@ ingestion, not the client, is what limits how soon every call is visible.
 
 Rows first: when full batches of the user's ``@task`` events (a row's own task run) wait,
 they are posted before the evaluators' events, so when the server falls behind (it
-records a call in ~2-3.5 ms of CPU, the client makes one in ~1 ms), every row still shows
-up soon after the experiment ends and its evaluators' task runs follow.
+records a call in ~3.5-6 ms of CPU, more as its tables grow; the client makes one in
+~1 ms), every row still shows up soon after the experiment ends, its evaluators' task
+runs after.
 
 Flow control: the poster keeps at most `MAX_AHEAD` events posted but not yet taken by
 the slower of the server's task-run recorder and event persister (`_backlog.Backlog`: its
