@@ -60,6 +60,14 @@ COLUMNS = ["sid", "link_index", "task_name", "evaluator_name", "status", "error_
            "score", "task_output", "task_tags", "task_attempts", "evaluation_attempts", "error_type"]
 
 
+async def _new_flow_run(flow_name: str) -> str:
+    """A bare flow run made through the API, for recorders to record into."""
+    async with get_client() as client:
+        flow_id = await client.create_flow_from_name(flow_name)
+        created = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
+    return str(created.json()["id"])
+
+
 async def _runs(flow_run_id: str) -> list[Any]:
     async with get_client() as client:
         return await client.read_task_runs(
@@ -171,11 +179,9 @@ def test_recorders_posting_at_once_share_the_bound(
                 recorder.finished(str(uuid.uuid4()), inv, None, now, now)
 
     async def record() -> str:
-        async with get_client() as client:
-            flow_id = await client.create_flow_from_name("shared-bound")
-            run = (await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})).json()
-        await asyncio.gather(*(one(run["id"], f"r{n}") for n in range(3)))
-        return await wait_until_recorded(run["id"], 600, last=[r.last_task_run_id
+        flow_run_id = await _new_flow_run("shared-bound")
+        await asyncio.gather(*(one(flow_run_id, f"r{n}") for n in range(3)))
+        return await wait_until_recorded(flow_run_id, 600, last=[r.last_task_run_id
                                                                for r in recorders])
 
     assert asyncio.run(record()) == 600
@@ -202,10 +208,8 @@ def test_waiting_for_records_says_how_many_are_missing(
     from patronus_tasks._prefect import wait_until_recorded
 
     async def missing() -> int:
-        async with get_client() as client:
-            flow_id = await client.create_flow_from_name("nothing-recorded")
-            created = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
-        return await wait_until_recorded(created.json()["id"], expected=3, timeout=1)
+        return await wait_until_recorded(await _new_flow_run("nothing-recorded"), expected=3,
+                                         timeout=1)
 
     with caplog.at_level("WARNING", logger="patronus_tasks"):
         assert asyncio.run(missing()) == 0
@@ -280,11 +284,8 @@ def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing
     monkeypatch.setattr(_events, "_STALL_SECONDS", 1.0)
 
     async def record() -> int:
-        async with get_client() as client:
-            flow_id = await client.create_flow_from_name("records-nothing")
-            run = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
         now = dt.datetime.now(dt.UTC)
-        async with _events.TaskRunRecorder(run.json()["id"], []) as recorder:
+        async with _events.TaskRunRecorder(await _new_flow_run("records-nothing"), []) as recorder:
             for i in range(400):
                 inv = Invocation(_short, {}, f"_short-{i}", None)
                 recorder.finished(str(uuid.uuid4()), inv, None, now, now)
@@ -306,11 +307,9 @@ def test_fast_mode_posts_the_rows_task_runs_before_their_evaluators(
     monkeypatch.setattr(_events, "MAX_AHEAD", 10)  # batches of 10, each waits for the last
 
     async def record() -> str:
-        async with get_client() as client:
-            flow_id = await client.create_flow_from_name("rows-first")
-            run = (await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})).json()
+        flow_run_id = await _new_flow_run("rows-first")
         now, ids = dt.datetime.now(dt.UTC), []
-        async with _events.TaskRunRecorder(run["id"], []) as recorder:
+        async with _events.TaskRunRecorder(flow_run_id, []) as recorder:
             for step, count in ((_short, 30), (first, 30)):
                 for i in range(count):
                     ids.append(str(uuid.uuid4()))
@@ -318,9 +317,9 @@ def test_fast_mode_posts_the_rows_task_runs_before_their_evaluators(
                                       None, now, now)
         # Posted last: the last evaluator event (the end of the run waits for it).
         assert recorder.last_task_run_id == ids[29]
-        assert await _prefect.wait_until_recorded(str(run["id"]), 60,
+        assert await _prefect.wait_until_recorded(flow_run_id, 60,
                                                   last=[recorder.last_task_run_id]) == 60
-        return str(run["id"])
+        return flow_run_id
 
     runs = asyncio.run(_runs(asyncio.run(record())))
     assert len(runs) == 60
