@@ -226,8 +226,11 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path) -> Non
     env["PREFECT_HOME"] = str(tmp_path / "home")
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path / "r")], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("started")
+    assert proc.stdout is not None and proc.stderr is not None
+    if not proc.stdout.readline().startswith("started"):  # it ended first: say why
+        proc.wait(60)
+        pytest.fail(f"the experiment ended before its slow row (exit {proc.returncode}):\n"
+                    f"{proc.stderr.read()[-3000:]}")
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) != 0
