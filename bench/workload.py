@@ -114,17 +114,18 @@ async def _rows_visible_at(flow_run_id: str, name: str) -> float | None:
     the server's CPU from the rows being measured)."""
     from prefect.client.orchestration import get_client
 
-    latest, offset = None, 0
+    created: list[float] = []
     async with get_client() as client:
         while True:
             response = await client._client.post("/task_runs/filter", json={
                 "flow_runs": {"id": {"any_": [flow_run_id]}},
-                "task_runs": {"name": {"like_": f"{name}-"}}, "limit": 200, "offset": offset})
-            page = response.json()
-            if not page:
-                return latest
-            newest = max(dt.datetime.fromisoformat(r["created"]).timestamp() for r in page)
-            latest, offset = max(latest or newest, newest), offset + len(page)
+                "task_runs": {"name": {"like_": f"{name}-"}}, "limit": 200,
+                "offset": len(created)})
+            response.raise_for_status()
+            if not response.json():
+                return max(created, default=None)
+            created += [dt.datetime.fromisoformat(r["created"]).timestamp()
+                        for r in response.json()]
 
 
 def main() -> None:

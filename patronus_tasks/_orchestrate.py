@@ -31,7 +31,8 @@ async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally,
     assert flow_run_id is not None
     async with TaskRunRecorder(flow_run_id, spec.prefect_tags) as recorder:
         outcome = await execute(spec, EventStepRunner(recorder), flow_run_id, tally)
-    last.extend([recorder.last_task_run_id] if recorder.last_task_run_id else [])
+    if recorder.last_task_run_id:
+        last.append(recorder.last_task_run_id)
     if recorder.lost:
         logger.error("%d of %d task-run records could not be sent to Prefect",
                      recorder.lost, recorder.lost + recorder.sent)
