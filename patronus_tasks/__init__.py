@@ -5,10 +5,12 @@ point them at a dataset, and run it: each experiment is a Prefect flow run, each
 a task run, and the results a Parquet file you can query.
 """
 
-from ._settings import apply_server_defaults
+from ._local_server import install as _install_local_server
 
-# Before Prefect starts any server in this process, so it keeps up with many task runs.
-apply_server_defaults()
+# Prefect starts its built-in server for the first API call of a process, a user's own
+# @flow included: this makes that server one that starts on a slow machine (see
+# _local_server). It changes no environment variable.
+_install_local_server()
 
 from ._chain import Link, Parent  # noqa: E402
 from ._client import Client  # noqa: E402

@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from . import _artifacts, _prefect
+from . import _artifacts, _local_server, _prefect
 from ._events import EventStepRunner, TaskRunRecorder
 from ._exceptions import ConfigError, QualityGateError
 from ._experiment import Experiment, ExperimentSpec, _Tally, execute, gate_failures
@@ -74,7 +74,10 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
     run: dict[str, Any] = {"calls": 0, "last": []}
 
     async def body() -> None:
+        from prefect.logging import get_run_logger
+
         run["flow_run_id"] = _prefect.current_flow_run_id()
+        _local_server.hint(get_run_logger())
         tally = _Tally()
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):

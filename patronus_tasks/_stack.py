@@ -24,15 +24,10 @@ from pathlib import Path
 import httpx
 
 from ._exceptions import ExperimentError
-from ._settings import SERVER_DEFAULTS
+from ._settings import SERVER_DEFAULTS, SERVER_NICE
 
 POOL = "local-process"
 STATE_FILE = "stack.json"
-#: CPU priority of the server (Unix ``nice``). Recording a call costs the server ~3.5 ms
-#: of CPU, several times what the call costs the experiment: on a shared machine, at
-#: equal priority, it slows the rows it records (0.73 of a plain loop at C=16 against
-#: 0.89 niced; see bench/README.md). Niced, it records in the CPU the rows leave idle.
-SERVER_NICE = 10
 
 
 @dataclass
@@ -55,7 +50,7 @@ class Stack:
 
 
 def _env(home: Path, api_url: str | None = None) -> dict[str, str]:
-    env = {**os.environ, **SERVER_DEFAULTS, "PREFECT_HOME": str(home)}
+    env = {**SERVER_DEFAULTS, **os.environ, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     if api_url:
         env["PREFECT_API_URL"] = api_url
@@ -160,14 +155,15 @@ def _stop(pid: int, grace: float = 15.0) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def down(home: Path) -> Stack | None:
-    """Stop what `up` started (worker first), by process id; forget it."""
+def down(home: Path, grace: float = 15.0) -> Stack | None:
+    """Stop what `up` started (worker first), by process id, killing what is still up
+    after ``grace`` seconds; forget it."""
     stack = Stack.load(home.resolve())
     if stack is None:
         return None
     for pid in (stack.worker_pid, stack.server_pid):
         if pid:
-            _stop(pid)
+            _stop(pid, grace)
     (home.resolve() / STATE_FILE).unlink(missing_ok=True)
     return stack
 

@@ -1,26 +1,60 @@
-"""Shared fixtures. Prefect tests share one real Prefect server (prefect_test_harness)."""
+"""Shared fixtures. Tests that only need a Prefect API share one real server per session."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-import patronus_tasks  # noqa: F401  (sets the server defaults before any server starts)
+from .prefect_servers import SessionServer
 
 ROOT = Path(__file__).resolve().parent.parent
+_SESSION = SessionServer()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Start the shared server now, so the tests before the first that needs it run meanwhile.
+    if any("prefect_server" in getattr(item, "fixturenames", ()) for item in items):
+        _SESSION.begin()
+
+
+def pytest_sessionfinish() -> None:
+    _SESSION.stop()
 
 
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[str]:
-    """A real Prefect server on 127.0.0.1 with a temporary database, for the session."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    """The session's real Prefect server (services on, a database of its own), as the
+    API of this process and of the processes tests start."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield str(PREFECT_API_URL.value())
+    url = _SESSION.wait().api_url
+    with ExitStack() as stack:
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+        # Contexts copied before this one (threads Prefect started) see it too.
+        stack.enter_context(prefect.context._temporary_global_settings_context(
+            prefect.context.get_settings_context()))
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            yield url
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+@pytest.fixture(scope="session")
+def prefect_server_home(prefect_server: str) -> Path:
+    """Where the shared server keeps its database and log."""
+    return _SESSION.home
+
+
+@pytest.fixture(scope="session")
+def prefect_template_db(prefect_server: str) -> Path:
+    """A freshly migrated Prefect database to start other servers from."""
+    return _SESSION.template
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ PATRONUS_KEY = "pt-test-SECRET-patronus-1a2b3c4d5e"
 
 def _flow_env(tmp_path: Path, openai_url: str, patronus_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_", "OPENAI_", "PATRONUS_"))
-           or k.startswith("PREFECT_SERVER_")}
+           if not k.startswith(("OPENAI_", "PATRONUS_"))}  # PREFECT_API_URL: the shared server
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), OPENAI_BASE_URL=openai_url + "/v1",
                OPENAI_API_KEY=OPENAI_KEY, PATRONUS_API_KEY=PATRONUS_KEY,
                PATRONUS_API_URL=patronus_url, PATRONUS_TASKS_RESULTS_DIR=str(tmp_path / "results"),
@@ -44,7 +43,8 @@ def _files_containing(root: Path, secret: str) -> list[str]:
     return hits
 
 
-def test_full_example_flow_end_to_end_and_no_key_is_written(tmp_path: Path) -> None:
+def test_full_example_flow_end_to_end_and_no_key_is_written(tmp_path: Path,
+                                                            prefect_server_home: Path) -> None:
     api = PatronusAPI()
     api.faults = ["500", "429"]  # retried: the retry logs must not carry the key either
     with serve(echo_chat) as openai, serve(api) as patronus:
@@ -56,16 +56,17 @@ def test_full_example_flow_end_to_end_and_no_key_is_written(tmp_path: Path) -> N
     manifest = json.loads(next((tmp_path / "results").rglob("manifest.json")).read_text())
     assert manifest["rows"] == 3 and manifest["evaluator_errors"] == 0
     # The scan sees what runs store: task-run names in Prefect's database, outputs in Parquet.
-    assert _files_containing(tmp_path / "prefect-home", "call_gpt-3")
+    assert _files_containing(prefect_server_home, "call_gpt-3")
     assert _files_containing(tmp_path / "results", "polymorphism")
     for secret in (OPENAI_KEY, PATRONUS_KEY):
         assert secret not in out.stdout + out.stderr
         assert _files_containing(tmp_path / "results", secret) == []
         # Prefect's database: flow and task runs, parameters, events, logs, artifacts.
+        assert _files_containing(prefect_server_home, secret) == []
         assert _files_containing(tmp_path / "prefect-home", secret) == []
 
 
-def test_flow_with_an_openai_compatible_judge(tmp_path: Path) -> None:
+def test_flow_with_an_openai_compatible_judge(tmp_path: Path, prefect_server: str) -> None:
     def both(req: Recorded) -> Reply:
         if req.body["messages"][0]["content"].startswith("You are an impartial evaluator"):
             return 200, {}, chat_completion('{"pass": true, "score": 1, "explanation": "ok"}')

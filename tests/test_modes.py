@@ -218,7 +218,7 @@ def test_waiting_for_records_says_how_many_are_missing(
 
 def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
         tmp_path: Path, results_dir: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, prefect_template_db: Path) -> None:
     # A server whose event persister is off stores no event: waiting for stored events
     # would stall the poster; it must notice and pace by the task-run recorder alone.
     from patronus_tasks import _events
@@ -235,7 +235,7 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
         await aclose(self)
 
     monkeypatch.setattr(_events.TaskRunRecorder, "aclose", closing)
-    with _server_without(tmp_path, monkeypatch, "EVENT_PERSISTER"):
+    with _server_without(tmp_path, monkeypatch, prefect_template_db, "EVENT_PERSISTER"):
         exp = run_experiment(
             "no-persister", data=[{"evaluated_model_output": str(i)} for i in range(150)],
             evaluators=[length_of_output, _short], mode="fast", results_dir=results_dir,
@@ -246,21 +246,18 @@ def test_fast_mode_paces_by_task_runs_alone_when_the_server_stores_no_events(
 
 
 @contextlib.contextmanager
-def _server_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *services: str
-                    ) -> Iterator[None]:
+def _server_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: Path,
+                    *services: str) -> Iterator[None]:
     """A real Prefect server of its own with these services off, as the API meanwhile."""
-    import socket
-
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from patronus_tasks import _stack
 
+    from .prefect_servers import start_server
+
     for service in services:
         monkeypatch.setenv(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    stack = _stack.up(tmp_path, tmp_path / "home", port, deploy=False, worker=False, nice=0)
+    stack = start_server(tmp_path / "home", template)
     try:
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             yield
@@ -274,7 +271,8 @@ def _short(evaluated_model_output: str) -> bool:
 
 
 def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        prefect_template_db: Path) -> None:
     # A server that records nothing (recorder and persister off): the poster waits one
     # stall, says so once, and posts the rest without waiting again for every batch.
     from patronus_tasks import _events
@@ -291,7 +289,8 @@ def test_fast_mode_stops_pacing_after_one_stall_of_a_server_that_records_nothing
                 recorder.finished(str(uuid.uuid4()), inv, None, now, now)
         return recorder.sent
 
-    with _server_without(tmp_path, monkeypatch, "EVENT_PERSISTER", "TASK_RUN_RECORDER"):
+    with _server_without(tmp_path, monkeypatch, prefect_template_db, "EVENT_PERSISTER",
+                         "TASK_RUN_RECORDER"):
         assert asyncio.run(record()) == 400
     stalls = [r for r in caplog.records if "took none" in r.getMessage()]
     assert len(stalls) == 1, [r.getMessage() for r in stalls]

@@ -220,10 +220,9 @@ run_experiment("interrupts", data=[{"x": i} for i in range(8)], evaluators=[slow
 """
 
 
-def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PREFECT_") or k.startswith("PREFECT_SERVER_")}
-    env["PREFECT_HOME"] = str(tmp_path / "home")
+def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
+                                                          prefect_server: str) -> None:
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}  # on the shared server
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path / "r")], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None

@@ -1,0 +1,87 @@
+"""Prefect's built-in server as this package starts it: a start-up timeout a slow machine
+meets, one clear line when it still fails, and no server process left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
+
+from patronus_tasks import _local_server
+
+from .conftest import ROOT
+from .prefect_servers import copy_database
+
+ONE_ROW = """
+from patronus_tasks import evaluator, run_experiment
+
+@evaluator
+def nonempty(evaluated_model_output: str) -> bool:
+    return bool(evaluated_model_output)
+
+run_experiment("slow-start", data=[{"evaluated_model_output": "x"}], evaluators=[nonempty])
+"""
+
+
+def test_start_up_timeout_is_generous_unless_the_user_set_one() -> None:
+    assert _local_server._startup_timeout(None) == _local_server.STARTUP_TIMEOUT >= 120
+    with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 7}):
+        assert _local_server._startup_timeout(None) == 7
+    assert _local_server._startup_timeout(30) == 30  # a caller's own (a test harness's)
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_a_server_that_does_not_start_in_time_says_so_in_one_line_and_is_gone(
+        tmp_path: Path) -> None:
+    home = tmp_path / "fresh-home"  # a new database: migrations take far more than 1 s
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1")
+    out = subprocess.run([sys.executable, "-c", ONE_ROW], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "built-in server did not answer within 1 s" in last, out.stderr[-3000:]
+    assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in last
+    assert "`patronus-tasks server up`" in last
+    assert _processes_with(f"PREFECT_HOME={home}") == []
+    assert (home / _local_server.LOG_FILE).exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_template_db: Path) -> None:
+    # Killed outright (no atexit), the process takes its server with it.
+    script = ONE_ROW.replace('run_experiment(', 'import os, signal\n'
+                             'from prefect.client.orchestration import get_client\n'
+                             'get_client(sync_client=True)  # starts the server\n'
+                             'print("up", flush=True)\n'
+                             'os.kill(os.getpid(), signal.SIGKILL)\nrun_experiment(')
+    home = tmp_path / "home"
+    copy_database(prefect_template_db, home)  # migrated: the server is up in seconds
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(home)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("up"), out.stderr[-3000:]
+    for _ in range(100):
+        if not _processes_with(f"PREFECT_HOME={home}"):
+            break
+        time.sleep(0.1)
+    assert _processes_with(f"PREFECT_HOME={home}") == []
