@@ -1,13 +1,13 @@
 """Throughput, CPU, memory and record-visibility benchmark: run by hand, not by the tests.
 
     .venv/bin/python bench/bench.py                 # every scenario (several minutes)
-    .venv/bin/python bench/bench.py --scenario c16  # one of: c16, c256, taskless, startup
+    .venv/bin/python bench/bench.py --scenario c16  # c16, c64, c256, taskless, startup
 
-Starts a latency server (OpenAI-compatible, L = 50 ms) and a Prefect server on 127.0.0.1
-(tuned as `patronus-tasks server up` does), then runs each mode in its own process over
-the same rows: `plain` (a bare asyncio loop making the same calls: the limit), `engine`
-(a Prefect task-engine run per call), `fast` (calls in asyncio, recorded as task runs
-through bulk events) and `local` (no Prefect). Prints each figure with its ratio to the
+Starts a Prefect server on 127.0.0.1 (tuned as `patronus-tasks server up` does) and, per
+scenario, a model stand-in (OpenAI-compatible, answering after L), then runs each mode in
+its own process over the same rows: `plain` (a bare asyncio loop making the same calls:
+the limit), `prefect` (this project's default: calls in asyncio, each recorded as its own
+Prefect task run) and `local` (no Prefect). Prints each figure with its ratio to the
 plain loop measured in the same run. The real Patronus SDK's runner (`patronus` mode) is
 measured too when its venv exists ($PATRONUS_SDK_PYTHON, default
 /tmp/patronus-venv/bin/python; set-up in patronus_sdk_workload.py), reporting to a loopback
@@ -34,16 +34,16 @@ sys.path.insert(0, str(HERE.parent))
 from patronus_tasks._settings import SERVER_DEFAULTS  # noqa: E402
 from patronus_tasks._stack import SERVER_NICE  # noqa: E402
 
-LATENCY = 0.05
 #: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
 #: measured when this Python exists.
 PATRONUS_PYTHON = Path(os.environ.get("PATRONUS_SDK_PYTHON", "/tmp/patronus-venv/bin/python"))
+MODES = ["plain", "local", "prefect", "patronus"]
 SCENARIOS = {
-    "c16": {"rows": 2000, "concurrency": 16,
-            "modes": ["plain", "local", "fast", "engine", "patronus"]},
-    "c256": {"rows": 20000, "concurrency": 256, "modes": ["plain", "local", "fast", "patronus"]},
-    "taskless": {"rows": 100_000, "concurrency": 64, "modes": ["plain", "local", "fast"],
-                 "taskless": True},
+    "c16": {"rows": 2000, "concurrency": 16, "latency": 0.05, "modes": MODES},
+    "c64": {"rows": 2000, "concurrency": 64, "latency": 0.5, "modes": MODES},
+    "c256": {"rows": 20000, "concurrency": 256, "latency": 0.05, "modes": MODES},
+    "taskless": {"rows": 100_000, "concurrency": 64, "latency": 0.0,
+                 "modes": ["plain", "local", "prefect"], "taskless": True},
 }
 
 
@@ -76,10 +76,17 @@ def start_standin() -> tuple[str, subprocess.Popen[bytes]]:
     return url, proc
 
 
-def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
-    lat_port, api_port = _port(), _port()
-    lat = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(lat_port),
-                            str(LATENCY)])
+def start_model_server(latency: float) -> tuple[str, subprocess.Popen[bytes]]:
+    """The OpenAI-compatible stand-in of a model answering after ``latency`` seconds."""
+    port = _port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port),
+                             str(latency)])
+    _wait(f"http://127.0.0.1:{port}/", proc)
+    return f"http://127.0.0.1:{port}/v1", proc
+
+
+def start_prefect(home: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    api_port = _port()
     env = {**os.environ, **SERVER_DEFAULTS, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     nice = int(os.environ.get("BENCH_SERVER_NICE", SERVER_NICE))  # as `server up` does
@@ -89,9 +96,8 @@ def start_servers(home: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
                            stdout=log, stderr=subprocess.STDOUT,
                            preexec_fn=_lower(nice))
     api_url = f"http://127.0.0.1:{api_port}/api"
-    _wait(f"http://127.0.0.1:{lat_port}/", lat)
     _wait(f"{api_url}/health", api)
-    return f"http://127.0.0.1:{lat_port}/v1", api_url, [lat, api]
+    return api_url, api
 
 
 def _lower(nice: int) -> Any:
@@ -155,10 +161,10 @@ def _measure(mode: str, args: list[str], env: dict[str, str],
 
 def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
     rows, c = scenario["rows"], scenario["concurrency"]
-    calls_per_row = 0 if scenario.get("taskless") else 2
-    limit = c / (calls_per_row * LATENCY) if calls_per_row else None
+    calls_per_row, latency = 0 if scenario.get("taskless") else 2, scenario["latency"]
+    limit = c / (calls_per_row * latency) if calls_per_row else None
     plain = next(r for r in results if r["mode"] == "plain")
-    print(f"\n== {name}: {rows} rows, C={c}, L={LATENCY * 1000:.0f} ms, "
+    print(f"\n== {name}: {rows} rows, C={c}, L={latency * 1000:.0f} ms, "
           f"{calls_per_row} model calls per row"
           + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
     print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
@@ -214,23 +220,30 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; Prefect server "
           f"log: {home / 'server.log'}")
-    url, api_url, procs = start_servers(home)
+    api_url, api = start_prefect(home)
     try:
         for name in chosen:
             if name == "startup":
                 startup(home)
                 continue
-            scenario = SCENARIOS[name]
-            wanted = parser.parse_args().modes
-            modes = [m for m in scenario["modes"]
-                     if (not wanted or m == "plain" or m in wanted.split(","))
-                     and (m != "patronus" or PATRONUS_PYTHON.exists())]
-            results = [run_mode(m, scenario, url, api_url, procs) for m in modes]
-            report(name, scenario, results)
+            run_scenario(name, SCENARIOS[name], api_url, api, parser.parse_args().modes)
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(20)
+        api.terminate()
+        api.wait(20)
+
+
+def run_scenario(name: str, scenario: dict[str, Any], api_url: str,
+                 api: subprocess.Popen[bytes], wanted: str | None) -> None:
+    modes = [m for m in scenario["modes"]
+             if (not wanted or m == "plain" or m in wanted.split(","))
+             and (m != "patronus" or PATRONUS_PYTHON.exists())]
+    url, model = start_model_server(scenario["latency"])
+    try:
+        results = [run_mode(m, scenario, url, api_url, [model, api]) for m in modes]
+    finally:
+        model.terminate()
+        model.wait(20)
+    report(name, scenario, results)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,11 @@ point them at a dataset, and run it: each experiment is a Prefect flow run, each
 a task run, and the results a Parquet file you can query.
 """
 
-from ._local_server import install as _install_local_server
+from ._server_hook import install as _install_local_server
 
 # Prefect starts its built-in server for the first API call of a process, a user's own
 # @flow included: this makes that server one that starts on a slow machine (see
-# _local_server). It changes no environment variable.
+# _local_server), once Prefect loads its server module. It changes no environment variable.
 _install_local_server()
 
 from ._chain import Link, Parent  # noqa: E402

@@ -1,83 +1,171 @@
-"""How far Prefect's server got through the task-run events a recorder posted.
+"""Which posted batches of task-run events Prefect's server has recorded, and which it lost.
 
-Prefect's in-memory broker holds at most 10,000 events per consumer and drops the rest
-(logging a warning only), and the server takes POSTs far faster than it records them. So
-the poster must know how many of its events the slower of the two consumers it can see
-has taken: the task-run recorder (task runs) and the event persister (stored events).
+The server takes a POST of events into an in-memory broker and answers at once; its
+consumers (the task-run recorder, the event persister) record them later. Events can
+still be lost after a 2xx: the broker drops events past 10,000 queued per consumer, and a
+server that restarts loses what it had queued. So a batch counts as recorded only once
+the server holds all of it in both places, checked in two steps, so that the server's
+work stays small whatever the size of the flow run (counting the flow run's events took
+the server 7 s at 180,000):
 
-Counting them (task runs of the flow run, events related to it) grows with the flow run:
-at 180,000 events the events count took the server 7 s and, asked every 2 s, became most
-of its work. Instead each posted batch leaves a mark, its last event's id and task run's
-id, and `Backlog` asks which marks exist: two look-ups by primary key, whatever the size
-of the flow run. Each consumer takes events in the order they were posted, so ``k`` marks
-found means the first ``k`` batches were taken.
+- every poll, one look-up by primary key of each pending batch's *mark* (its last event,
+  see `_events.Batch`): the task run, and the event;
+- once a batch's mark is there, one count of its task runs in a final state and one of
+  its events, by their ids: a consumer writes a few batches' worth at once, in no set
+  order, so the mark alone does not prove the rest is in.
+
+A batch still incomplete `LOST_AFTER` seconds after one posted after it was found (or
+after its own mark was) was lost: it is sent again. Sending again is safe: the server
+keys task runs, states and events by the ids the events carry, so nothing doubles.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any
 
+import orjson
 
-class _Mark(NamedTuple):
-    sent: int  # events posted up to and including this batch
-    event_id: str
-    task_run_id: str
+from ._events import FINAL_TYPES, Batch
+
+_LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at most 50)
+#: Seconds a batch may stay missing after a later one was recorded, before it counts as
+#: lost: a consumer writes what it took in batches, so a later one can show up first.
+LOST_AFTER = 10.0
+#: `occurred` must be given: by default the events filter ends at the server's "now", and
+#: a client clock ahead of it would hide the newest events.
+_ALL_TIME = {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
 
 
 class Backlog:
-    """Events posted, and how many of them the server's consumers have taken."""
+    """Batches posted and not yet recorded, in the order they were posted."""
 
     def __init__(self) -> None:
-        self.sent = 0
-        self.taken = 0
+        self.posted: deque[Batch] = deque()
+        self.sent = 0  # events posted (each once, however often it was sent)
+        self.recorded = 0  # task runs whose final state the server holds
         self.persisting = True  # False once the event persister looks switched off
-        self._recorded = 0  # events the task-run recorder alone has taken
         self._stored_any = False
+        self._recorded_events = 0  # events the task-run recorder alone has taken
         self._recorded_at = 0.0  # when the recorder was first seen to take one
-        self._marks: deque[_Mark] = deque()
-        self.last_task_run_id: str | None = None  # of the last batch the server accepted
 
-    def posted(self, count: int, event_id: str, task_run_id: str) -> None:
-        """Count a batch the server accepted, marked by its last event and task run."""
-        self.sent += count
-        self._marks.append(_Mark(self.sent, event_id, task_run_id))
-        self.last_task_run_id = task_run_id
+    def add(self, batch: Batch) -> None:
+        self.sent += batch.count if not batch.posts else 0
+        batch.posts += 1
+        batch.overtaken_at = 0.0
+        self.posted.append(batch)
 
-    def ahead(self, more: int = 0) -> int:
-        """Events posted (plus ``more``) that the slower consumer has not taken yet."""
-        return self.sent + more - self.taken
+    def ahead(self) -> int:
+        """Events posted that the server has not recorded yet."""
+        return sum(b.count for b in self.posted)
 
-    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> None:
-        """Ask the server which marks exist; move ``taken`` on past those found.
+    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> list[Batch]:
+        """Ask the server which marks it holds; drop the recorded batches; return the lost
+        ones (taken out of `posted`, to be sent again).
 
         The persister is taken to be off once the recorder has taken
         ``persister_off_after`` events and, ``grace`` seconds after it took the first,
         not one was stored (it flushes every 5 s by default; the recorder can be faster).
         """
-        if not self._marks:
-            return
-        marks = list(self._marks)
-        recorded = await count_task_runs_by_id(client, [m.task_run_id for m in marks])
-        if recorded:
-            self._recorded = marks[recorded - 1].sent
-            self._recorded_at = self._recorded_at or time.monotonic()
-        stored = recorded
+        batches = list(self.posted)[:_LOOKUP]
+        if not batches:
+            return []
+        runs = await _recorded_marks(client, batches)
+        stored = runs
         if self.persisting:
-            stored = await _count_events(client, [m.event_id for m in marks])
-            self._stored_any = self._stored_any or stored > 0
-            if self._persister_silent(persister_off_after, grace):
-                self.persisting, stored = False, recorded
-        self._advance(min(recorded, stored))
+            stored = await _stored_marks(client, batches)
+            self._note_recorder(batches, runs, stored)
+            if self.persister_silent(persister_off_after, grace):
+                stored = runs
+        marked = [r and s for r, s in zip(runs, stored, strict=True)]
+        done = [m and await self._complete(client, b) for b, m in zip(batches, marked, strict=True)]
+        lost = [b for i, b in enumerate(batches)
+                if not done[i] and _overtaken(b, marked[i] or _before_found(runs, i)
+                                              or _before_found(stored, i))]
+        gone = {id(b) for b, d in zip(batches, done, strict=True) if d} | {id(b) for b in lost}
+        self.posted = deque(b for b in self.posted if id(b) not in gone)
+        self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
+        return lost
 
-    def _persister_silent(self, after: int, grace: float) -> bool:
-        return (not self._stored_any and self._recorded >= after
-                and time.monotonic() - self._recorded_at >= grace)
+    async def _complete(self, client: Any, batch: Batch) -> bool:
+        """Whether the server holds every task run of ``batch`` in its final state, and
+        (the persister on) every event."""
+        events = orjson.loads(batch.body())
+        finals = [e["resource"]["prefect.resource.id"].removeprefix("prefect.task-run.")
+                  for e in events if e["resource"]["prefect.state-type"] in FINAL_TYPES]
+        runs = await _count_final(client, finals) if finals else 0
+        stored = await _count_events(client, [e["id"] for e in events]) if self.persisting \
+            else len(events)
+        batch.missing = (len(finals) - runs, len(events) - stored)
+        return batch.missing == (0, 0)
 
-    def _advance(self, batches: int) -> None:
-        for _ in range(batches):
-            self.taken = self._marks.popleft().sent
+    def _note_recorder(self, batches: list[Batch], runs: list[bool], stored: list[bool]) -> None:
+        taken = sum(b.count for b, r in zip(batches, runs, strict=True) if r)
+        if taken:
+            self._recorded_events += taken
+            self._recorded_at = self._recorded_at or time.monotonic()
+        self._stored_any = self._stored_any or any(stored)
+
+    def persister_silent(self, after: int, grace: float) -> bool:
+        """Whether the event persister looks switched off (see `refresh`); once it does,
+        batches count as recorded by their task runs alone."""
+        if (self.persisting and not self._stored_any and self._recorded_events >= after
+                and time.monotonic() - self._recorded_at >= grace):
+            self.persisting = False
+        return not self.persisting
+
+
+def _overtaken(batch: Batch, now_overtaken: bool) -> bool:
+    """Whether ``batch``, incomplete, has been overtaken (its mark or a later batch found)
+    for `LOST_AFTER` seconds."""
+    if not now_overtaken:
+        batch.overtaken_at = 0.0
+        return False
+    batch.overtaken_at = batch.overtaken_at or time.monotonic()
+    return time.monotonic() - batch.overtaken_at >= LOST_AFTER
+
+
+def _before_found(found: list[bool], i: int) -> bool:
+    """Whether a batch posted after the ``i``-th was found by that consumer."""
+    return not found[i] and any(found[i + 1:])
+
+
+async def _recorded_marks(client: Any, batches: list[Batch]) -> list[bool]:
+    """Per batch: does the server hold its mark's task run (in the mark's state, if final)?"""
+    ids = sorted({b.mark[1] for b in batches})
+    response = await client._client.post(
+        "/task_runs/filter", json={"task_runs": {"id": {"any_": ids}}, "limit": len(ids)})
+    response.raise_for_status()
+    states = {run["id"]: run.get("state_id") for run in response.json()}
+    return [b.mark[1] in states and (not b.final or states[b.mark[1]] == b.mark[0])
+            for b in batches]
+
+
+async def _count_final(client: Any, ids: list[str]) -> int:
+    """How many of these task runs the server holds in a final state."""
+    response = await client._client.post("/task_runs/count", json={
+        "task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}})
+    response.raise_for_status()
+    return int(response.json())
+
+
+async def _count_events(client: Any, ids: list[str]) -> int:
+    """How many of these events the server has stored."""
+    body = {"filter": {"id": {"id": ids}, "occurred": _ALL_TIME}, "limit": 1}
+    response = await client._client.post("/events/filter", json=body)
+    response.raise_for_status()
+    return int(response.json()["total"])
+
+
+async def _stored_marks(client: Any, batches: list[Batch]) -> list[bool]:
+    """Per batch: has the event persister stored its mark's event?"""
+    body = {"filter": {"id": {"id": [b.mark[0] for b in batches]}, "occurred": _ALL_TIME},
+            "limit": len(batches)}
+    response = await client._client.post("/events/filter", json=body)
+    response.raise_for_status()
+    found = {event["id"] for event in response.json()["events"]}
+    return [b.mark[0] in found for b in batches]
 
 
 async def count_task_runs_by_id(client: Any, ids: list[str]) -> int:
@@ -86,15 +174,3 @@ async def count_task_runs_by_id(client: Any, ids: list[str]) -> int:
         "/task_runs/count", json={"task_runs": {"id": {"any_": ids}}})
     response.raise_for_status()
     return int(response.json())
-
-
-async def _count_events(client: Any, ids: list[str]) -> int:
-    # `occurred` must be given: by default the filter ends at the server's "now", and a
-    # client clock ahead of it would hide the newest events.
-    body = {"filter": {"id": {"id": ids},
-                       "occurred": {"since": "2000-01-01T00:00:00Z",
-                                    "until": "2999-01-01T00:00:00Z"}},
-            "limit": 1}
-    response = await client._client.post("/events/filter", json=body)
-    response.raise_for_status()
-    return int(response.json()["total"])

@@ -50,7 +50,8 @@ def _check_task(value: Any, where: str) -> Task | None:
 
 
 def _check_evaluators(values: Any, where: str) -> tuple[Evaluator, ...]:
-    values = list(values or [])
+    # One evaluator given where a list is expected is a list of one (as the Patronus SDK takes).
+    values = [values] if isinstance(values, Evaluator) else list(values or [])
     for ev in values:
         if not isinstance(ev, Evaluator):
             raise ConfigError(
@@ -77,7 +78,7 @@ def _link(spec: Mapping[str, Any], index: int) -> Link:
     return link
 
 
-def build_chain(task: Task | None, evaluators: Sequence[Evaluator] | None,
+def build_chain(task: Task | None, evaluators: Sequence[Evaluator] | Evaluator | None,
                 chain: Sequence[Mapping[str, Any]] | None) -> tuple[Link, ...]:
     """The experiment's links from either ``task``/``evaluators`` or ``chain``, never both."""
     if chain is not None:

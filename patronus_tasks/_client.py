@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ._dataset import DataInput
-from ._experiment import Experiment, Orchestrator, arun_experiment, run_experiment
+from ._experiment import Experiment, arun_experiment, run_experiment
 from ._remote import RemoteEvaluator, patronus_endpoint
 from ._steps import Evaluator, Task
 
@@ -15,17 +15,17 @@ from ._steps import Evaluator, Task
 class Client:
     """Runs experiments; ``Client().experiment(...)`` is `run_experiment` with defaults.
 
-    ``results_dir`` and ``orchestrator`` set here apply to every experiment of this client.
+    ``results_dir`` and ``backend`` set here apply to every experiment of this client.
     ``api_key`` and ``base_url`` (else ``PATRONUS_API_KEY``/``PATRONUS_API_URL``) are only
     needed for remote evaluators.
     """
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
                  results_dir: str | Path | None = None,
-                 orchestrator: Orchestrator = "prefect") -> None:
+                 backend: Any = "prefect") -> None:
         self._api_key, self.base_url = api_key, base_url
         self.results_dir = results_dir
-        self.orchestrator: Orchestrator = orchestrator
+        self.backend = backend
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, results_dir={self.results_dir!r})"
@@ -53,7 +53,7 @@ class Client:
 
     def _defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.setdefault("results_dir", self.results_dir)
-        kwargs.setdefault("orchestrator", self.orchestrator)
+        kwargs.setdefault("backend", self.backend)
         return kwargs
 
     def experiment(self, project_name: str, *, data: DataInput, task: Task | None = None,

@@ -1,16 +1,20 @@
-"""Past one machine: an experiment's rows spread over a Dask cluster.
+"""Past one machine: an experiment's rows in batches through a Prefect task runner (Dask).
 
-The rows are cut into batches; each batch is one Prefect task run submitted through
-``prefect-dask``'s `DaskTaskRunner`. On its worker a batch runs its rows in asyncio
-(the fast mode), records each call as its own task run nested under the batch, and
-writes its records as Parquet parts (named for the batch) into the experiment's folder,
-which the flow then merges into the one ``results.parquet``. Workers need the folder
-(a shared file system past one machine) and a Prefect server (``PREFECT_API_URL``).
+The rows are cut into batches; each batch is one Prefect task run submitted through the
+flow's task runner (``prefect-dask``'s `DaskTaskRunner` for ``backend="dask"``). On its
+worker a batch runs its rows in asyncio as the in-process path does, records each call as
+its own task run nested under the batch, writes its records as Parquet parts (named for
+the batch) into the experiment's folder, which the flow then merges into the one
+``results.parquet``, and ends once Prefect holds its records (the worker may go away
+after). Workers need the folder (a shared file system past one machine) and a Prefect
+server (``PREFECT_API_URL``). A resumed experiment sends each batch what the earlier run
+completed of its rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 from dataclasses import dataclass, replace
@@ -21,14 +25,18 @@ from prefect import task as prefect_task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from . import _parquet
+from . import _parquet, _steplogs
 from ._dataset import Dataset
-from ._events import EventStepRunner, TaskRunRecorder
 from ._exceptions import ConfigError
+from ._prefect import RecordingStepRunner
+from ._recorder import TaskRunRecorder
+from ._resume import Replay
 from ._spec import ExperimentSpec
 from ._threads import DaemonThreadPool
 
+logger = logging.getLogger("patronus_tasks")
 BATCHES_PER_WORKER = 4
+_COUNTS = ("rows", "records", "task_errors", "evaluator_errors", "errored_rows")
 
 
 def make_task_runner(task_runner: Any, address: str | None) -> Any:
@@ -38,7 +46,7 @@ def make_task_runner(task_runner: Any, address: str | None) -> Any:
     try:
         from prefect_dask import DaskTaskRunner
     except ImportError:
-        raise ConfigError("task_runner='dask' needs prefect-dask: pip install "
+        raise ConfigError("backend='dask' needs prefect-dask: pip install "
                           "'patronus-tasks[dask]'") from None
     if address:
         return DaskTaskRunner(address=address)
@@ -55,14 +63,16 @@ class Batch:
     flow_run_id: str
     columns: tuple[pa.Schema, frozenset[str]]
     #: Batches that may post to the server at once (all of them, at most): their event
-    #: recorders share the server's bound (see `_events`).
+    #: recorders share the server's bound (see `_recorder`).
     share: int = 1
+    replay: Replay | None = None  # what an earlier run completed of these rows
 
 
 @prefect_task(name="experiment-batch", task_run_name="batch-{batch.index}", cache_policy=NO_CACHE,
               persist_result=False)
 async def run_batch(batch: Batch) -> dict[str, Any]:
-    """Run a batch of rows on a worker; write its parts; return its counts."""
+    """Run a batch of rows on a worker; write its parts; return its counts once Prefect
+    holds its records."""
     from ._experiment import _Tally
     from ._runner import RowRunner, run_rows
 
@@ -71,49 +81,67 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
     spec, tally = batch.spec, _Tally()
     sink = _parquet.ParquetSink(spec.out_dir, columns=batch.columns, prefix=f"b{batch.index}")
     pool = DaemonThreadPool(spec.max_concurrency)
+    recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
+                               share=batch.share).start()
+    runner = RowRunner(spec.links, RecordingStepRunner(recorder), tags=spec.tags,
+                       limit=spec.max_concurrency, pool=pool, replay=batch.replay)
 
     def on_records(records: list[dict[str, Any]]) -> None:
         tally.add(records)
         sink.add(records)
 
-    async with TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
-                               share=batch.share) as recorder:
-        runner = RowRunner(spec.links, EventStepRunner(recorder), tags=spec.tags,
-                           limit=spec.max_concurrency, pool=pool)
-        try:
+    try:
+        with _steplogs.capture():
             await run_rows(spec.dataset.samples(), runner, spec.max_concurrency, on_records)
-        finally:
-            sink.flush()
-            pool.shutdown(wait=False)
-    return {**vars(tally), "calls": runner.calls, "lost": recorder.lost, "pid": os.getpid(),
-            "last": recorder.last_task_run_id}
+    finally:
+        sink.flush()
+        pool.shutdown(wait=False)
+        recorder.close()
+    await recorder.until_recorded()
+    return {**vars(tally), "calls": runner.calls, "recorded": recorder.recorded,
+            "lost": recorder.lost, "pid": os.getpid()}
 
 
-def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int) -> list[Batch]:
+def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
+             replay: Replay | None) -> list[Batch]:
     df = spec.dataset.df
+    if replay is not None:  # rows the earlier run completed are written already
+        df = df[[replay.wanted(str(sid)) for sid in df["sid"]]].reset_index(drop=True)
+    if not len(df):
+        return []
     count = max(1, min(len(df), workers * BATCHES_PER_WORKER))
     size = math.ceil(len(df) / count)
-    columns, starts = _parquet.dataset_schema(df), range(0, len(df), size)
+    columns, starts = _parquet.dataset_schema(spec.dataset.df), range(0, len(df), size)
     return [Batch(replace(spec, dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
                                                 spec.dataset.source)),
-                  n, flow_run_id, columns, share=len(starts))
+                  n, flow_run_id, columns, share=len(starts),
+                  replay=_replay_of(replay, df["sid"].iloc[i:i + size]))
             for n, i in enumerate(starts)]
 
 
-async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any, last: list[str]
-                      ) -> int:
-    """Submit every batch to the flow's task runner; fold their counts into ``tally``; put
-    each batch's last recorded task run in ``last``.
+def _replay_of(replay: Replay | None, sids: Any) -> Replay | None:
+    if replay is None:
+        return None
+    wanted = {str(s) for s in sids}
+    return Replay({s: r for s, r in replay.rows.items() if s in wanted}, replay.retry_errors_only)
+
+
+async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any,
+                      replay: Replay | None = None) -> int:
+    """Submit every batch to the flow's task runner; fold their counts into ``tally``.
 
     Returns the task runs made: each call, plus one per batch.
     """
-    batches = _batches(spec, flow_run_id, workers=2)
+    batches = _batches(spec, flow_run_id, 2, replay)
     futures = [run_batch.submit(b) for b in batches]
     results: list[dict[str, Any]] = await asyncio.to_thread(
         lambda: [f.result() for f in futures])  # type: ignore[misc]
     for result in results:
-        for key in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows"):
+        for key in _COUNTS:
             setattr(tally, key, getattr(tally, key) + result[key])
     tally.pids = sorted({r["pid"] for r in results})
-    last.extend(r["last"] for r in results if r["last"])
+    lost = sum(r["lost"] for r in results)
+    if lost:
+        logger.error("%d task runs of the batches were not recorded by Prefect (their rows are "
+                     "in the Parquet results)", lost)
     return sum(r["calls"] for r in results) + len(batches)

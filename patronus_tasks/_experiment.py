@@ -15,23 +15,22 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from . import _parquet, _resume
 from ._dataset import DataInput
-from ._exceptions import ConfigError, QualityGateError
+from ._exceptions import QualityGateError
 from ._gates import error_gate, failed_gates
 from ._records import STATUS_ERROR
 from ._runner import LocalStepRunner, RowRunner, StepRunner, run_rows
-from ._spec import ExperimentSpec, Mode, make_spec
+from ._spec import Backend, ExperimentSpec, make_spec
 from ._steps import Evaluator, Task
 from ._summary import SUMMARY_COLUMNS, Summary, summarize
 from ._threads import DaemonThreadPool
 
 T = TypeVar("T")
-Orchestrator = Literal["prefect", "local"]
 
 
 #: Called as ``listener(spec, rows_done)`` after each row; the command line's progress bar.
@@ -93,17 +92,45 @@ def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.date
     }
 
 
-def _write_manifest(spec: ExperimentSpec, manifest: dict[str, Any]) -> None:
-    path = spec.out_dir / _parquet.MANIFEST_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str))
-    tmp.replace(path)
+class ManifestFile:
+    """The experiment's ``manifest.json``, rewritten whole (atomically) on every change.
+
+    Written from the experiment's loop (its status) and from the background loop (how
+    many task runs Prefect holds, while it catches up): one lock for both.
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / _parquet.MANIFEST_FILE
+        self.data: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def write(self, data: dict[str, Any]) -> None:
+        with self._lock:
+            self.data = {**data, **({"prefect": self.data["prefect"]}
+                                    if self.data and "prefect" in self.data else {})}
+            self._save()
+
+    def note_records(self, recorder: Any) -> None:
+        """How many task runs Prefect holds (a `TaskRunRecorder`'s progress)."""
+        with self._lock:
+            if self.data is not None:
+                self.data["prefect"] = {"task_runs": recorder.expected,
+                                        "task_runs_recorded": recorder.recorded,
+                                        "task_runs_lost": recorder.lost,
+                                        "complete": recorder.done and not recorder.lost}
+                self._save()
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.path)
 
 
 async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,
                   tally: _Tally | None = None,
-                  batches: Callable[[_Tally], Coroutine[Any, Any, int]] | None = None
-                  ) -> tuple[dict[str, Any], int]:
+                  batches: Callable[[_Tally, _resume.Replay | None], Coroutine[Any, Any, int]]
+                  | None = None,
+                  manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], int]:
     """Run every row, stream records to Parquet, write the manifest.
 
     Returns the manifest and the number of step calls made. This is the whole
@@ -115,7 +142,8 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
               else None)
     sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df)
     tally = tally or _Tally()
-    _write_manifest(spec, _manifest(spec, tally, "running", started, flow_run_id))
+    manifest_file = manifest_file or ManifestFile(spec.out_dir)
+    manifest_file.write(_manifest(spec, tally, "running", started, flow_run_id))
 
     def on_records(records: list[dict[str, Any]]) -> None:
         tally.add(records)
@@ -133,20 +161,20 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
                            pool=pool, replay=replay)
     try:
         if batches is not None:
-            row_runner.calls = await batches(tally)
+            row_runner.calls = await batches(tally, replay)
         else:
             await run_rows(rows, row_runner, spec.max_concurrency, on_records)
     except BaseException:
         # Interrupted: keep every completed row as a part, and say so.
         sink.flush()
-        _write_manifest(spec, _manifest(spec, tally, "interrupted", started, flow_run_id))
+        manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
         raise
     finally:
         pool.shutdown(wait=False)  # a call stuck in user code must not hold the process
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
     sink.finalize(manifest)
     _resume.finish(spec.out_dir)
-    _write_manifest(spec, manifest)
+    manifest_file.write(manifest)
     return manifest, row_runner.calls
 
 
@@ -170,10 +198,19 @@ class Experiment:
     link, evaluator), with the dataset's columns beside the results.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, recording: Any = None) -> None:
         self.path = Path(path)
         manifest = self.path / _parquet.MANIFEST_FILE
         self.manifest: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
+        self._recording = recording  # a `TaskRunRecorder` still catching up, when run here
+
+    def wait_recorded(self, timeout: float | None = None) -> bool:
+        """Wait until Prefect has recorded every task run of this experiment (it returned
+        with its results while Prefect caught up); True when it has (or nothing was due)."""
+        recording = self._recording
+        if recording is None:
+            return True
+        return bool(recording.wait(timeout)) and not recording.lost
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, path={str(self.path)!r})"
@@ -215,12 +252,11 @@ class Experiment:
         return self.summary().format(f"Experiment {self.project}/{self.name}")
 
 
-async def _run(spec: ExperimentSpec, orchestrator: Orchestrator) -> Experiment:
-    if orchestrator == "prefect":
+async def _run(spec: ExperimentSpec) -> Experiment:
+    if spec.backend != "local":
         from ._orchestrate import run_on_prefect
 
-        await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
-        return Experiment(spec.out_dir)
+        return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
     await execute(spec, LocalStepRunner())
     experiment = Experiment(spec.out_dir)
     failures = gate_failures(spec, experiment)
@@ -230,32 +266,29 @@ async def _run(spec: ExperimentSpec, orchestrator: Orchestrator) -> Experiment:
 
 
 async def arun_experiment(project_name: str, *, data: DataInput, task: Task | None = None,
-                          evaluators: Sequence[Evaluator] | None = None,
+                          evaluators: Sequence[Evaluator] | Evaluator | None = None,
                           chain: Sequence[Mapping[str, Any]] | None = None,
                           tags: Mapping[str, str] | None = None,
                           experiment_name: str | None = None, max_concurrency: int = 10,
-                          results_dir: str | Path | None = None,
-                          orchestrator: Orchestrator = "prefect", mode: Mode = "engine",
+                          results_dir: str | Path | None = None, backend: Backend = "prefect",
                           resume: bool = False, retry_errors: bool = False,
                           experiment_id: str | None = None,
                           fail_on_error: int | float | None = None,
                           min_pass_rates: Mapping[str, float] | None = None,
-                          task_runner: Any = None, dask_address: str | None = None,
+                          dask_address: str | None = None,
                           print_summary: bool = True) -> Experiment:
     """Run an experiment (async form of `run_experiment`)."""
-    if orchestrator not in ("prefect", "local"):
-        raise ConfigError(f"orchestrator must be 'prefect' or 'local', not {orchestrator!r}.")
     spec = make_spec(project_name, data=data, task=task, evaluators=evaluators, chain=chain,
                      tags=tags, experiment_name=experiment_name,
-                     max_concurrency=max_concurrency, results_dir=results_dir, mode=mode,
+                     max_concurrency=max_concurrency, results_dir=results_dir, backend=backend,
                      resume=resume, retry_errors=retry_errors, experiment_id=experiment_id,
                      fail_on_error=fail_on_error, min_pass_rates=min_pass_rates,
-                     task_runner=task_runner, dask_address=dask_address)
+                     dask_address=dask_address)
     steps = spec.steps()
     try:
         for step in steps:  # look-ups and connections, before any row is run
             await step.setup()
-        experiment = await _run(spec, orchestrator)
+        experiment = await _run(spec)
     except QualityGateError as exc:
         _finished(exc.experiment, print_summary)  # type: ignore[arg-type]
         raise
@@ -306,25 +339,26 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def run_experiment(project_name: str, *, data: DataInput, task: Task | None = None,
-                   evaluators: Sequence[Evaluator] | None = None,
+                   evaluators: Sequence[Evaluator] | Evaluator | None = None,
                    chain: Sequence[Mapping[str, Any]] | None = None,
                    tags: Mapping[str, str] | None = None, experiment_name: str | None = None,
                    max_concurrency: int = 10, results_dir: str | Path | None = None,
-                   orchestrator: Orchestrator = "prefect", mode: Mode = "engine",
-                   resume: bool = False, retry_errors: bool = False,
+                   backend: Backend = "prefect", resume: bool = False, retry_errors: bool = False,
                    experiment_id: str | None = None, fail_on_error: int | float | None = None,
                    min_pass_rates: Mapping[str, float] | None = None,
-                   task_runner: Any = None, dask_address: str | None = None,
-                   print_summary: bool = True) -> Experiment:
+                   dask_address: str | None = None, print_summary: bool = True) -> Experiment:
     """Run an experiment: every row through the task and evaluators (or the ``chain``).
 
-    With ``orchestrator="prefect"`` (the default) the experiment is one Prefect flow run
-    and every task and evaluator call its own task run, on ``PREFECT_API_URL`` or
-    Prefect's built-in local server; ``"local"`` runs the same logic with no Prefect.
-    ``mode="engine"`` runs each call through Prefect's task engine (Prefect's retries
-    and timeouts); ``mode="fast"`` runs calls in plain asyncio with the same retries and
-    timeouts and records each as its own task run through bulk events, at a fraction of
-    the CPU: for large experiments.
+    The experiment is one Prefect flow run and every task and evaluator call its own task
+    run, on ``PREFECT_API_URL`` or Prefect's built-in local server. It returns as soon as
+    the rows are done and the results written; the task-run records Prefect has not taken
+    yet follow in the background (`Experiment.wait_recorded`; the process waits for them
+    before it exits, and a call made inside a flow run waits before it returns).
+
+    ``backend``: where rows run: ``"prefect"`` (this process, recorded on Prefect),
+    ``"local"`` (this process, no Prefect), ``"dask"`` (batches on a Dask cluster: a local
+    one of two processes, or the scheduler at ``dask_address``; needs ``prefect-dask`` and
+    a server in ``PREFECT_API_URL``) or any Prefect ``TaskRunner``.
 
     ``resume=True`` goes on with the latest run of ``experiment_name`` (or the run whose
     ``experiment_id`` is given): rows completed there are reused, missing and failed ones
@@ -332,16 +366,12 @@ def run_experiment(project_name: str, *, data: DataInput, task: Task | None = No
     ``retry_errors=True`` re-runs only the rows that failed. ``fail_on_error`` (a row
     count, or a fraction as a float) and ``min_pass_rates`` ({evaluator: rate}) are
     gates: when one fails, the results are still written, the flow run ends Failed and
-    `QualityGateError` is raised. ``task_runner="dask"`` (with ``dask_address=`` for an
-    existing scheduler, else a local cluster of two processes) spreads the rows over Dask
-    workers in batches; each call still becomes its own task run (needs ``prefect-dask``
-    and a Prefect server in ``PREFECT_API_URL``).
+    `QualityGateError` is raised.
     Results stream to ``<results_dir>/<project>/<experiment>/results.parquet``.
     """
     return _run_sync(arun_experiment(
         project_name, data=data, task=task, evaluators=evaluators, chain=chain, tags=tags,
         experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir, orchestrator=orchestrator, mode=mode, resume=resume,
-        retry_errors=retry_errors, experiment_id=experiment_id, fail_on_error=fail_on_error,
-        min_pass_rates=min_pass_rates, task_runner=task_runner, dask_address=dask_address,
-        print_summary=print_summary))
+        results_dir=results_dir, backend=backend, resume=resume, retry_errors=retry_errors,
+        experiment_id=experiment_id, fail_on_error=fail_on_error,
+        min_pass_rates=min_pass_rates, dask_address=dask_address, print_summary=print_summary))

@@ -6,9 +6,10 @@ its own start-up fail on a fresh 2-core machine: it waits 20 s, and a new databa
 ~19 s of migrations; each thread that asks during a failed start spawns another process,
 and all but the last outlive the caller; and its processes inherit the caller's pipes.
 
-`LocalServer` takes the place of Prefect's default instance (`install`, on import: Prefect
-looks that instance up by key, so every caller, a user's own ``@flow`` included, gets
-this one). It starts one process under a lock, waits `STARTUP_TIMEOUT` (unless
+`LocalServer` takes the place of Prefect's default instance (`install`, when Prefect loads
+its server module, see `_server_hook`: Prefect looks that instance up by key, so every
+caller, a user's own ``@flow`` included, gets this one). It starts one process under a
+lock, waits `STARTUP_TIMEOUT` (unless
 ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` is set), passes the settings for
 many task runs (`SERVER_DEFAULTS`, where unset) to that process only, runs it below normal
 CPU priority, logs to a file under ``PREFECT_HOME``, and kills it on failure. On Linux the
@@ -34,6 +35,7 @@ import httpx
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import get_current_settings
 
+from . import _background
 from ._exceptions import ExperimentError
 from ._settings import SERVER_DEFAULTS, SERVER_NICE
 
@@ -87,8 +89,6 @@ class LocalServer(SubprocessASGIServer):
     _lock = threading.Lock()
     started_in = 0.0  # seconds the last start took
     hinted = False  # whether an experiment said it runs here (`hint`)
-    #: Called before the server stops at exit: what must reach it first (records).
-    before_stop: list[Callable[[], None]] = []  # noqa: RUF012
 
     def start(self, timeout: float | None = None) -> None:
         with self._lock:
@@ -182,8 +182,7 @@ class LocalServer(SubprocessASGIServer):
 
     def stop(self) -> None:
         if self.server_process is not None:
-            for hook in list(self.before_stop):
-                hook()
+            _background.drain()  # records still on their way to it come first
         with self._lock:
             self._kill()
             self.running = False
@@ -199,20 +198,10 @@ def install() -> None:
         LocalServer(None)
 
 
-def hint(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-    """Once per process, when an experiment runs on the built-in server: say what it costs
-    and how to keep a server instead."""
-    server = built_in()
-    if server is None or server.hinted:
-        return
-    server.hinted = True
-    log.info("This runs on Prefect's built-in server, started for this process in %.1f s and "
-             "stopped with it. To skip that start and keep every run in a UI: "
-             "`patronus-tasks server up`, then `export PREFECT_API_URL=http://127.0.0.1:4200/api`; "
-             "the UI is then at http://127.0.0.1:4200", server.started_in)
-
-
 def built_in() -> LocalServer | None:
     """This process's built-in server, if it runs one."""
     found = SubprocessASGIServer._instances.get(None)
     return found if isinstance(found, LocalServer) and found.running else None
+
+
+install()  # imported directly (by a test, say) before Prefect loaded its server module

@@ -1,4 +1,4 @@
-"""An experiment on Prefect: the flow run, its step runner, artifacts and records."""
+"""An experiment on Prefect: the flow run, its calls recorded as task runs, its artifacts."""
 
 from __future__ import annotations
 
@@ -7,51 +7,40 @@ import datetime as dt
 import logging
 from typing import Any
 
-from . import _artifacts, _local_server, _prefect
-from ._events import EventStepRunner, TaskRunRecorder
-from ._exceptions import ConfigError, QualityGateError
-from ._experiment import Experiment, ExperimentSpec, _Tally, execute, gate_failures
+from . import _artifacts, _prefect, _server_hook, _steplogs
+from ._exceptions import QualityGateError
+from ._experiment import Experiment, ExperimentSpec, ManifestFile, _Tally, execute, gate_failures
+from ._recorder import TaskRunRecorder
+from ._runner import LocalStepRunner
 from ._summary import Summary
 
 logger = logging.getLogger("patronus_tasks")
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
 
 
-async def _execute(spec: ExperimentSpec, flow_run_id: str | None, tally: _Tally,
-                   last: list[str]) -> tuple[dict[str, Any], int]:
-    """Run the rows; put each event recorder's last task run in ``last`` (what to wait for)."""
-    if spec.task_runner is not None:
-        from ._dask import run_batches
-
-        assert flow_run_id is not None
-        return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally,
-                             batches=lambda t: run_batches(spec, flow_run_id, t, last))
-    if spec.mode == "engine":
-        return await execute(spec, _prefect.PrefectStepRunner(), flow_run_id, tally)
-    assert flow_run_id is not None
-    async with TaskRunRecorder(flow_run_id, spec.prefect_tags) as recorder:
-        outcome = await execute(spec, EventStepRunner(recorder), flow_run_id, tally)
-    if recorder.last_task_run_id:
-        last.append(recorder.last_task_run_id)
-    if recorder.lost:
-        logger.error("%d of %d task-run records could not be sent to Prefect",
-                     recorder.lost, recorder.lost + recorder.sent)
-    return outcome
+async def _rows_here(spec: ExperimentSpec, flow_run_id: str, tally: _Tally,
+                     run: dict[str, Any]) -> None:
+    """Run the rows in this process, each call recorded by a recorder that goes on in the
+    background once the rows are done."""
+    manifest = ManifestFile(spec.out_dir)
+    recorder = TaskRunRecorder(flow_run_id, spec.prefect_tags, on_progress=manifest.note_records,
+                               label=f"{spec.project_name}/{spec.experiment_name}").start()
+    run["recorder"] = recorder
+    try:
+        with _steplogs.capture():
+            await execute(spec, _prefect.RecordingStepRunner(recorder), flow_run_id, tally,
+                          manifest_file=manifest)
+    finally:
+        recorder.close()
 
 
-def _task_runner(spec: ExperimentSpec) -> Any:
-    if spec.task_runner is None:
-        return None
-    from prefect.settings import PREFECT_API_URL
+async def _rows_in_batches(spec: ExperimentSpec, flow_run_id: str, tally: _Tally) -> None:
+    """Run the rows in batches through the flow's task runner; each batch waits for its
+    records before it ends."""
+    from ._dask import run_batches
 
-    if not PREFECT_API_URL.value():
-        raise ConfigError(
-            "rows on Dask workers report to a Prefect server they can reach: set "
-            "PREFECT_API_URL (e.g. `patronus-tasks server up`); the built-in server is "
-            "private to this process.")
-    from ._dask import make_task_runner
-
-    return make_task_runner(spec.task_runner, spec.dask_address)
+    await execute(spec, LocalStepRunner(), flow_run_id, tally,
+                  batches=lambda t, replay: run_batches(spec, flow_run_id, t, replay))
 
 
 async def _publish(spec: ExperimentSpec) -> tuple[Experiment, Summary]:
@@ -64,24 +53,38 @@ async def _publish(spec: ExperimentSpec) -> tuple[Experiment, Summary]:
     return experiment, summary
 
 
-async def run_on_prefect(spec: ExperimentSpec) -> None:
-    """Run the experiment as one flow run; return once the server has recorded it all.
+def _task_runner(spec: ExperimentSpec) -> Any:
+    if spec.task_runner is None:
+        return None
+    from ._dask import make_task_runner
 
-    A failed gate fails the flow run (after results and artifacts are written) and
-    raises `QualityGateError`; an interrupt (Ctrl-C, SIGTERM, cancellation) marks the flow
-    run Cancelled, its completed rows kept for a resume.
+    return make_task_runner(spec.task_runner, spec.dask_address)
+
+
+async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
+    """Run the experiment as one flow run; return as soon as its results are written.
+
+    The records Prefect has not taken yet follow in the background; called inside a flow
+    run (a deployment's, say), this waits for them, so that flow run cannot end first.
+    A failed gate fails the flow run (after results and artifacts are written) and raises
+    `QualityGateError`; an interrupt (Ctrl-C, SIGTERM, cancellation) marks the flow run
+    Cancelled, its completed rows kept for a resume.
     """
-    run: dict[str, Any] = {"calls": 0, "last": []}
+    run: dict[str, Any] = {}
 
     async def body() -> None:
         from prefect.logging import get_run_logger
 
-        run["flow_run_id"] = _prefect.current_flow_run_id()
-        _local_server.hint(get_run_logger())
+        flow_run_id = run["flow_run_id"] = _prefect.current_flow_run_id()
+        assert flow_run_id is not None
+        _server_hook.hint(get_run_logger())
         tally = _Tally()
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):
-            _, run["calls"] = await _execute(spec, run["flow_run_id"], tally, run["last"])
+            if spec.backend == "batches":
+                await _rows_in_batches(spec, flow_run_id, tally)
+            else:
+                await _rows_here(spec, flow_run_id, tally, run)
         experiment, summary = await _publish(spec)
         failures = gate_failures(spec, experiment, summary)
         if failures:
@@ -93,11 +96,24 @@ async def run_on_prefect(spec: ExperimentSpec) -> None:
             body, flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
             run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags,
             task_runner=_task_runner(spec))
+    except QualityGateError as exc:
+        exc.experiment = Experiment(spec.out_dir, run.get("recorder"))
+        await _caught_up(run.get("recorder"))
+        raise
     except BaseException as exc:
         if run.get("flow_run_id") and not isinstance(exc, Exception):
             await asyncio.shield(_prefect.mark_cancelled(run["flow_run_id"], repr(exc)))
         raise
-    finally:
-        if run.get("flow_run_id"):
-            await asyncio.shield(_prefect.wait_until_recorded(run["flow_run_id"], run["calls"],
-                                                              last=run["last"]))
+    await _caught_up(run.get("recorder"))
+    return Experiment(spec.out_dir, run.get("recorder"))
+
+
+async def _caught_up(recorder: TaskRunRecorder | None) -> None:
+    """Inside a flow run, wait for the records (that flow run must not end first)."""
+    if recorder is None or _prefect.current_flow_run_id() is None:
+        return
+
+    def report(r: TaskRunRecorder) -> None:
+        logger.info("waiting for Prefect to record %s", r.describe())
+
+    await recorder.until_recorded(report)

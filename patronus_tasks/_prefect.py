@@ -5,66 +5,60 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from prefect import flow
 from prefect import tags as prefect_tags
-from prefect import task as prefect_task
-from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
-from prefect.utilities.annotations import quote
 
+from . import _steplogs
 from ._backlog import count_task_runs_by_id
-from ._records import ErrorInfo
-from ._runner import Invocation
-from ._steps import Step
+from ._events import RUNNING_AFTER, Call, State, now
+from ._recorder import TaskRunRecorder
+from ._runner import Invocation, LocalStepRunner
 
 T = TypeVar("T")
 logger = logging.getLogger("patronus_tasks")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 
 
-async def _run_invocation(run_name: str, invocation: Invocation) -> None:
-    # The result stays on the invocation: nothing to serialise through Prefect.
-    await invocation.attempt()
+def call_state(inv: Invocation) -> State:
+    """The final state of a call's task run, from what came of it."""
+    if inv.error is None:
+        return State("COMPLETED", "Completed")
+    timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
+    return State("FAILED", "TimedOut" if timed_out else "Failed",
+                 f"{inv.error.type}: {inv.error.message}")
 
 
-class PrefectStepRunner:
-    """Runs each invocation as its own Prefect task run, with Prefect's retries and timeout.
+class RecordingStepRunner(LocalStepRunner):
+    """Runs calls in plain asyncio (retries and timeouts as `LocalStepRunner`) and records
+    each as its own Prefect task run through a `TaskRunRecorder`: named ``<step>-<sid>``,
+    waiting on its row's task (the flow-run graph shows each row's task feeding its
+    evaluators), Running in the UI once it runs `RUNNING_AFTER` seconds, its log records
+    attached to it."""
 
-    The task run is named ``<step>-<sid>`` and waits for the run it depends on, so the
-    flow-run graph shows each row's task feeding its evaluators.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: dict[int, Any] = {}
-
-    def _task_for(self, step: Step) -> Any:
-        found = self._tasks.get(id(step))
-        if found is None:
-            found = prefect_task(
-                name=step.name, task_run_name="{run_name}",
-                retries=step.retries, retry_delay_seconds=step.retry_delay_seconds,
-                timeout_seconds=step.timeout_seconds, cache_policy=NO_CACHE,
-                persist_result=False,
-            )(_run_invocation)
-            found.task_key = f"{step.kind}-{step.name}"
-            self._tasks[id(step)] = found
-        return found
+    def __init__(self, recorder: TaskRunRecorder) -> None:
+        self.recorder = recorder
 
     async def run(self, inv: Invocation, upstream: Any) -> None:
-        wait_for = [upstream] if upstream is not None else None
-        state = await self._task_for(inv.step)(
-            inv.run_name, quote(inv), wait_for=wait_for, return_state=True
-        )
-        inv.handle = state
-        if state.name == "TimedOut":
-            # Prefect cancelled the call; what user code saw is a cancellation, not the cause.
-            inv.record_timeout(inv.step.timeout_seconds)
-        elif state.is_failed() and inv.error is None:
-            inv.error = ErrorInfo(state.type.value, state.message or "task run failed")
+        step = inv.step
+        call = Call(str(uuid.uuid4()), inv.run_name, f"{step.kind}-{step.name}", upstream, now(),
+                    step.retries, step.retry_delay_seconds)
+        shown = asyncio.get_running_loop().call_later(
+            RUNNING_AFTER, lambda: self.recorder.running(call, max(inv.attempts, 1)))
+        token = _steplogs.CURRENT.set((self.recorder, call.task_run_id))
+        try:
+            await super().run(inv, upstream)
+        finally:
+            shown.cancel()
+            _steplogs.CURRENT.reset(token)
+        self.recorder.finished(call, call_state(inv), max(inv.attempts, 1), now())
+        inv.handle = call.task_run_id
+        await self.recorder.backpressure()
 
 
 def experiment_flow_run_name() -> str:

@@ -19,8 +19,12 @@ from ._params import ROW_FIELDS
 from ._settings import default_results_dir
 from ._steps import Evaluator, Task
 
-Mode = Literal["engine", "fast"]
+#: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
+#: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or any
+#: Prefect ``TaskRunner`` (batches through it).
+Backend = Any
 Replay = Literal["resume", "retry", None]
+BACKENDS = ("prefect", "local", "dask")
 
 
 @dataclass
@@ -34,12 +38,12 @@ class ExperimentSpec:
     tags: dict[str, str]
     max_concurrency: int
     out_dir: Path
-    mode: Mode = "engine"
+    backend: str = "prefect"  # "prefect", "local" or "batches" (on `task_runner`)
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
-    task_runner: Any = None  # None (in-process), "dask", or a Prefect TaskRunner
+    task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
     dask_address: str | None = None
 
     @property
@@ -134,20 +138,56 @@ def _resumed(spec: ExperimentSpec, path: Path, replay: Replay) -> ExperimentSpec
     return spec
 
 
+def _backend(backend: Backend, dask_address: str | None) -> tuple[str, Any]:
+    """``backend`` resolved once: its kind, and the task runner batches go through."""
+    if dask_address is not None and backend != "dask":
+        raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
+    if backend in ("prefect", "local"):
+        return backend, None
+    if backend == "dask" or _is_task_runner(backend):
+        _check_batches(backend)
+        return "batches", backend
+    raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Prefect "
+                      f"TaskRunner, not {backend!r}.")
+
+
+def _is_task_runner(value: Any) -> bool:
+    from prefect.task_runners import TaskRunner
+
+    return isinstance(value, TaskRunner)
+
+
+def _check_batches(backend: Any) -> None:
+    """Batches on other processes need prefect-dask (for "dask") and a server they reach."""
+    is_dask = backend == "dask" or type(backend).__module__.startswith("prefect_dask")
+    if backend == "dask":
+        try:
+            import prefect_dask  # noqa: F401
+        except ImportError:
+            raise ConfigError("backend='dask' needs prefect-dask: pip install "
+                              "'patronus-tasks[dask]'") from None
+    from prefect.settings import PREFECT_API_URL
+
+    if is_dask and not PREFECT_API_URL.value():
+        raise ConfigError(
+            "rows on Dask workers report to a Prefect server they can reach: set "
+            "PREFECT_API_URL (e.g. `patronus-tasks server up`); the built-in server is "
+            "private to this process.")
+
+
 def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
-              evaluators: Sequence[Evaluator] | None = None,
+              evaluators: Sequence[Evaluator] | Evaluator | None = None,
               chain: Sequence[Mapping[str, Any]] | None = None,
               tags: Mapping[str, str] | None = None, experiment_name: str | None = None,
               max_concurrency: int = 10, results_dir: str | Path | None = None,
-              mode: Mode = "engine", resume: bool = False, retry_errors: bool = False,
+              backend: Backend = "prefect", resume: bool = False, retry_errors: bool = False,
               experiment_id: str | None = None, fail_on_error: int | float | None = None,
-              min_pass_rates: Mapping[str, float] | None = None, task_runner: Any = None,
+              min_pass_rates: Mapping[str, float] | None = None,
               dask_address: str | None = None) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
     if not project_name or not isinstance(project_name, str):
         raise ConfigError("project_name must be a non-empty string.")
-    if mode not in ("engine", "fast"):
-        raise ConfigError(f"mode must be 'engine' or 'fast', not {mode!r}.")
+    kind, task_runner = _backend(backend, dask_address)
     if not isinstance(max_concurrency, int) or max_concurrency < 1:
         raise ConfigError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
     check_fail_on_error(fail_on_error)
@@ -157,16 +197,12 @@ def make_spec(project_name: str, *, data: DataInput, task: Task | None = None,
     name = experiment_name or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     root = Path(results_dir) if results_dir is not None else default_results_dir()
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(tags),
-                          max_concurrency, _free_dir(root, project_name, name), mode,
+                          max_concurrency, _free_dir(root, project_name, name), kind,
                           fail_on_error=fail_on_error, min_pass_rates=dict(min_pass_rates or {}),
                           task_runner=task_runner, dask_address=dask_address)
-    if task_runner is not None and (resume or retry_errors or experiment_id):
-        raise ConfigError("resume/retry_errors run in-process: drop task_runner= to resume.")
     if resume or retry_errors or experiment_id:
         earlier = _to_resume(root, project_name, name, experiment_id)
         if earlier is not None:
             spec = _resumed(spec, earlier, "retry" if retry_errors else "resume")
     _parquet.make_writable(spec.out_dir)
     return spec
-
-

@@ -74,7 +74,7 @@ SETUP_ERRORS: list[tuple[str, Any, list[str]]] = [
 def test_setup_errors_before_any_call(tmp_path: Path, case: str, make: Any,
                                       words: list[str]) -> None:
     CALLS.clear()
-    kwargs = {"results_dir": tmp_path / "r", "orchestrator": "local", "print_summary": False,
+    kwargs = {"results_dir": tmp_path / "r", "backend": "local", "print_summary": False,
               **make(tmp_path)}
     with pytest.raises(ConfigError) as err:
         run_experiment("bad", **kwargs)
@@ -115,7 +115,7 @@ def test_row_level_errors_name_row_field_and_fix(tmp_path: Path) -> None:
         return returns_bad.fn(row)
 
     exp = run_experiment("bad-rows", data=data, task=needs_input, evaluators=[bad_type],
-                         orchestrator="local", results_dir=tmp_path, print_summary=False)
+                         backend="local", results_dir=tmp_path, print_summary=False)
     df = exp.to_dataframe().set_index("sid")
     assert "metadata must be JSON-serialisable" in df.loc["1", "error_message"]
     assert "tags must map str to str" in df.loc["2", "error_message"]
@@ -149,7 +149,7 @@ def test_round_trip_through_experiment_and_parquet(tmp_path: Path, rows: list[di
         return evaluated_model_output == row.evaluated_model_input
 
     results = tmp_path / f"r{os.getpid()}-{abs(hash(json.dumps(rows))) % 10**9}"
-    exp = run_experiment("prop", data=rows, task=echo, evaluators=[same], orchestrator="local",
+    exp = run_experiment("prop", data=rows, task=echo, evaluators=[same], backend="local",
                          results_dir=results, print_summary=False)
     df = exp.to_dataframe().sort_values("sid", key=lambda s: s.astype(int))
     assert df["pass"].all() and len(df) == len(rows)

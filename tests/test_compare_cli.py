@@ -38,11 +38,11 @@ def _data(passing: set[int], bump: float) -> list[dict[str, object]]:
 @pytest.fixture
 def two_runs(results_dir: Path) -> tuple[Path, Path]:
     a = run_experiment("cmp", data=_data(set(range(1, 31)), 0.0), evaluators=[exact, closeness],
-                       experiment_name="base", orchestrator="local", results_dir=results_dir,
+                       experiment_name="base", backend="local", results_dir=results_dir,
                        print_summary=False)
     passing_b = set(range(1, 26)) | {31, 32, 33}
     b = run_experiment("cmp", data=_data(passing_b, 0.2), evaluators=[exact, closeness],
-                       experiment_name="cand", orchestrator="local", results_dir=results_dir,
+                       experiment_name="cand", backend="local", results_dir=results_dir,
                        print_summary=False)
     return a.path, b.path
 
@@ -121,7 +121,7 @@ def nonempty(evaluated_model_output: str) -> bool:
     return evaluated_model_output != ""
 
 def main(dataset: str, experiment_name: str = "cli", results_dir: str | None = None):
-    return run_experiment("cli", data=dataset, evaluators=[nonempty], orchestrator="local",
+    return run_experiment("cli", data=dataset, evaluators=[nonempty], backend="local",
                           experiment_name=experiment_name, results_dir=results_dir)
 """
 
@@ -162,7 +162,7 @@ def counted(row) -> bool:
     return True
 
 def main(dataset: str, results_dir: str, resume: bool = False, retry_errors: bool = False):
-    return run_experiment("cli-resume", data=dataset, evaluators=[counted], orchestrator="local",
+    return run_experiment("cli-resume", data=dataset, evaluators=[counted], backend="local",
                           experiment_name="again", results_dir=results_dir, resume=resume,
                           retry_errors=retry_errors)
 """

@@ -17,7 +17,7 @@ from .dask_steps import said_row, where
 
 def test_rows_on_two_dask_worker_processes(prefect_server: str, results_dir: Path) -> None:
     exp = run_experiment("dask", data=[{"x": i} for i in range(40)], task=where,
-                         evaluators=[said_row], experiment_name="spread", task_runner="dask",
+                         evaluators=[said_row], experiment_name="spread", backend="dask",
                          results_dir=results_dir, print_summary=False, max_concurrency=4)
     table = pq.read_table(exp.results_path)
     sids = table.column("sid").to_pylist()

@@ -34,6 +34,7 @@ from .prefect_servers import copy_database, free_port
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_WORKER_QUERY_SECONDS"] = "2"  # the worker polls every 10 s by default
     return subprocess.run([sys.executable, "-m", "patronus_tasks", "server", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
 

@@ -1,4 +1,4 @@
-"""Experiments end to end with the local orchestrator (the same row logic Prefect runs)."""
+"""Experiments end to end with the local backend (the same row logic Prefect runs)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ DATA = [
 
 def run(results_dir: Path, **kwargs: Any) -> pd.DataFrame:
     kwargs.setdefault("data", DATA)
-    exp = run_experiment("proj", orchestrator="local", results_dir=results_dir,
-                         print_summary=False, **kwargs)
+    kwargs.setdefault("backend", "local")
+    exp = run_experiment("proj", results_dir=results_dir, print_summary=False, **kwargs)
     return exp.to_dataframe().sort_values(["sid", "link_index", "evaluator_name"],
                                           na_position="first").reset_index(drop=True)
 
@@ -208,7 +208,7 @@ def test_exports_and_summary(results_dir: Path, capsys: pytest.CaptureFixture[st
     def score_only(evaluated_model_output: str) -> float:
         return len(evaluated_model_output) / 4
 
-    exp = Client(results_dir=results_dir, orchestrator="local").experiment(
+    exp = Client(results_dir=results_dir, backend="local").experiment(
         "proj", data=DATA, evaluators=[shouts, score_only], experiment_name="sum")
     out = capsys.readouterr().out
     assert "shouts [link 0]" in out and "score_only [link 0]" in out
@@ -234,12 +234,24 @@ def test_exports_and_summary(results_dir: Path, capsys: pytest.CaptureFixture[st
         ({"evaluators": [lambda row: True]}, "is not an evaluator"),
         ({"evaluators": [shouts], "max_concurrency": 0}, "max_concurrency"),
         ({"evaluators": [shouts], "tags": {"a": 1}}, "tags must map str to str"),
+        ({"evaluators": [shouts], "backend": "cloud"}, "backend must be one of 'prefect'"),
+        ({"evaluators": [shouts], "dask_address": "tcp://127.0.0.1:1"},
+         "dask_address= is for backend='dask'"),
     ],
 )
 def test_setup_mistakes_are_config_errors(results_dir: Path, kwargs: dict[str, Any],
                                           message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run(results_dir, **kwargs)
+
+
+def test_dask_without_a_server_it_can_reach_is_a_config_error(results_dir: Path) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), \
+            pytest.raises(ConfigError, match="set PREFECT_API_URL"):
+        run_experiment("proj", data=[{"x": 1}], evaluators=[shouts], backend="dask",
+                       results_dir=results_dir)
 
 
 def test_missing_column_fails_before_any_call_and_empty_field_fails_its_row(
@@ -265,9 +277,9 @@ def test_missing_column_fails_before_any_call_and_empty_field_fails_its_row(
 
 def test_same_name_twice_keeps_both_runs(results_dir: Path) -> None:
     a = run_experiment("p", data=DATA, evaluators=[shouts], experiment_name="../../escape",
-                       orchestrator="local", results_dir=results_dir, print_summary=False)
+                       backend="local", results_dir=results_dir, print_summary=False)
     b = run_experiment("p", data=DATA, evaluators=[shouts], experiment_name="../../escape",
-                       orchestrator="local", results_dir=results_dir, print_summary=False)
+                       backend="local", results_dir=results_dir, print_summary=False)
     assert a.path != b.path and a.results_path.exists() and b.results_path.exists()
     assert results_dir.resolve() in a.path.parents and b.path.name == a.path.name + "-2"
     assert a.name == "../../escape"

@@ -18,7 +18,7 @@ ROWS = 3 * PROBE_CALLS
 def _run(tmp_path: Path, *evaluators: Any, rows: int = ROWS) -> Any:
     data = [{"evaluated_model_output": f"out {i}"} for i in range(rows)]
     return run_experiment("inline", data=data, evaluators=list(evaluators), max_concurrency=1,
-                          orchestrator="local", results_dir=tmp_path, print_summary=False)
+                          backend="local", results_dir=tmp_path, print_summary=False)
 
 
 def _threads_seen(calls: list[tuple[str, int]]) -> list[bool]:

@@ -48,7 +48,7 @@ def patronus(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeServer, Patr
 
 def _run(results_dir: Path, evaluators: list[Any], data: list[dict[str, Any]] = DATA,
          **kwargs: Any) -> pd.DataFrame:
-    exp = run_experiment("remote", data=data, evaluators=evaluators, orchestrator="local",
+    exp = run_experiment("remote", data=data, evaluators=evaluators, backend="local",
                          results_dir=results_dir, print_summary=False, **kwargs)
     return exp.to_dataframe().sort_values("sid").reset_index(drop=True)
 
@@ -217,7 +217,7 @@ def test_chat_task_records_model_facts(results_dir: Path) -> None:
     with serve(echo_chat) as server:
         chat = ChatTask("gpt-4o", endpoint=openai_endpoint(server.url), temperature=1,
                         max_tokens=200)
-        exp = run_experiment("chat", data=DATA[:1], task=chat, orchestrator="local",
+        exp = run_experiment("chat", data=DATA[:1], task=chat, backend="local",
                              results_dir=results_dir, print_summary=False)
     df = exp.to_dataframe()
     assert df["task_output"][0] == "[You are a helpful assistant.] How do I write a Python function?"

@@ -47,7 +47,7 @@ DATA = [
 
 def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> None:
     exp = run_experiment("files", data=DATA, task=answer, evaluators=[palindrome],
-                         tags={"suite": "s"}, experiment_name="cols", orchestrator="local",
+                         tags={"suite": "s"}, experiment_name="cols", backend="local",
                          results_dir=results_dir, print_summary=False)
     path = results_dir / "files" / "cols" / "results.parquet"
     assert exp.results_path == path and not (path.parent / "parts").exists()
@@ -111,7 +111,7 @@ def done(row, task_result) -> bool:
     return True
 
 run_experiment("crash", data=[{"i": i} for i in range(20)], task=work, evaluators=[done],
-               experiment_name="killed", orchestrator="local", results_dir=sys.argv[1],
+               experiment_name="killed", backend="local", results_dir=sys.argv[1],
                max_concurrency=4)
 """
 

@@ -42,7 +42,7 @@ def answered(evaluated_model_output: str) -> bool:
 
 run_experiment("resumable", data=[{"evaluated_model_input": f"q{i}"} for i in range(30)],
                task=chat, evaluators=[answered], experiment_name="long-run", resume=resume,
-               orchestrator="local", results_dir=results, max_concurrency=4)
+               backend="local", results_dir=results, max_concurrency=4)
 """
 
 
@@ -121,7 +121,7 @@ def test_retry_errors_reruns_only_failed_steps(results_dir: Path) -> None:
         return True
 
     kwargs = dict(data=[{"x": i} for i in range(6)], task=work, evaluators=[judge],
-                  experiment_name="flaky-judge", orchestrator="local", results_dir=results_dir,
+                  experiment_name="flaky-judge", backend="local", results_dir=results_dir,
                   print_summary=False)
     first = run_experiment("retry", **kwargs)  # type: ignore[arg-type]
     assert first.manifest["evaluator_errors"] == 2
@@ -145,10 +145,10 @@ def test_resume_refuses_a_different_dataset(results_dir: Path) -> None:
         return True
 
     run_experiment("ds", data=[{"x": 1}], evaluators=[ok], experiment_name="e",
-                   orchestrator="local", results_dir=results_dir, print_summary=False)
+                   backend="local", results_dir=results_dir, print_summary=False)
     with pytest.raises(ConfigError, match="dataset changed"):
         run_experiment("ds", data=[{"x": 2}], evaluators=[ok], experiment_name="e", resume=True,
-                       orchestrator="local", results_dir=results_dir, print_summary=False)
+                       backend="local", results_dir=results_dir, print_summary=False)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def test_gates(results_dir: Path, gate: dict[str, object], fails: bool) -> None:
             raise RuntimeError("broken")
         return row.sid != "1"
 
-    kwargs = dict(data=[{"x": i} for i in range(4)], evaluators=[judge], orchestrator="local",
+    kwargs = dict(data=[{"x": i} for i in range(4)], evaluators=[judge], backend="local",
                   results_dir=results_dir, print_summary=False, **gate)
     if not fails:
         run_experiment("gates", **kwargs)  # type: ignore[arg-type]
@@ -215,8 +215,7 @@ def slow(row) -> bool:
     return True
 
 run_experiment("interrupts", data=[{"x": i} for i in range(8)], evaluators=[slow],
-               experiment_name="sigterm", results_dir=sys.argv[1], max_concurrency=2,
-               mode="fast")
+               experiment_name="sigterm", results_dir=sys.argv[1], max_concurrency=2)
 """
 
 

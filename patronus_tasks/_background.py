@@ -1,0 +1,119 @@
+"""An event loop in a daemon thread, for work that outlives an experiment's own loop.
+
+An experiment returns as soon as its rows are done and its results written; the task-run
+records Prefect has not taken yet keep going here (`_recorder`). Before the process
+exits (and before this package stops its built-in server) `drain` waits for them,
+saying how many are left; Ctrl-C stops that wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextvars
+import os
+import sys
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+_PROGRESS_SECONDS = 5.0
+
+
+class Pending(Protocol):
+    """Work the process must not exit before (a recorder catching up)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def describe(self) -> str: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
+
+class _Loop:
+    """The process's background loop, started on first use."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: list[Pending] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._lock = threading.Lock()
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self.loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="patronus-tasks-background",
+                                 daemon=True).start()
+                self.loop = loop
+            return self.loop
+
+
+_LOOP = _Loop()
+
+
+
+def _forget_in_child() -> None:
+    global _LOOP
+    _LOOP = _Loop()  # a forked child has no background thread: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def submit(coro: Coroutine[Any, Any, None], context: contextvars.Context | None = None) -> None:
+    """Run ``coro`` on the background loop, in ``context`` (default: a copy of the
+    caller's, so it sees the caller's Prefect settings)."""
+    loop = _LOOP.get()
+    context = context or contextvars.copy_context()
+
+    def start() -> None:
+        task = loop.create_task(coro, context=context)
+        _LOOP.tasks.add(task)  # the loop keeps only weak references to its tasks
+        task.add_done_callback(_LOOP.tasks.discard)
+
+    loop.call_soon_threadsafe(start)
+
+
+def keep_alive(work: Pending) -> None:
+    """Do not let the process exit before ``work`` is done (see `drain`)."""
+    with _LOOP._lock:
+        _LOOP.pending = [p for p in _LOOP.pending if not p.done] + [work]
+
+
+def unfinished() -> list[Pending]:
+    with _LOOP._lock:
+        return [p for p in _LOOP.pending if not p.done]
+
+
+def drain(timeout: float | None = None) -> bool:
+    """Wait for every unfinished piece of work, printing what is left every few seconds.
+
+    Returns whether all of it finished; Ctrl-C (or ``timeout``) stops the wait.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    said = False
+    try:
+        while (left := unfinished()):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if said or not left[0].wait(1.0):
+                _say("Waiting for Prefect to record " + "; ".join(p.describe() for p in left)
+                     + " (Ctrl-C stops waiting; the results are written already)")
+                said = True
+                left[0].wait(_PROGRESS_SECONDS)
+    except KeyboardInterrupt:
+        _say("Stopped waiting: " + "; ".join(p.describe() for p in unfinished()))
+        return False
+    if said:
+        _say("Prefect has recorded every task run.")
+    return True
+
+
+def _say(text: str) -> None:
+    print(f"patronus-tasks: {text}", file=sys.stderr, flush=True)
+
+
+atexit.register(drain)
