@@ -99,10 +99,13 @@ class ManifestFile:
     many task runs Prefect holds, while it catches up): one lock for both.
     """
 
+    #: One lock for every manifest of the process: the recorder of an earlier run in the
+    #: same folder (before a resume or a retry) may still be catching up.
+    _lock = threading.Lock()
+
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / _parquet.MANIFEST_FILE
         self.data: dict[str, Any] | None = None
-        self._lock = threading.Lock()
 
     def write(self, data: dict[str, Any]) -> None:
         with self._lock:
@@ -113,12 +116,22 @@ class ManifestFile:
     def note_records(self, recorder: Any) -> None:
         """How many task runs Prefect holds (a `TaskRunRecorder`'s progress)."""
         with self._lock:
-            if self.data is not None:
+            if self.data is not None and self._still_ours():
                 self.data["prefect"] = {"task_runs": recorder.expected,
                                         "task_runs_recorded": recorder.recorded,
                                         "task_runs_lost": recorder.lost,
                                         "complete": recorder.done and not recorder.lost}
                 self._save()
+
+    def _still_ours(self) -> bool:
+        """Whether the file is still this run's: a later run in the same folder (resume,
+        ``retry_errors``) owns it once it has written it."""
+        try:
+            on_disk = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return True
+        assert self.data is not None
+        return bool(on_disk.get("started_at") == self.data.get("started_at"))
 
     def _save(self) -> None:
         tmp = self.path.with_suffix(".json.tmp")

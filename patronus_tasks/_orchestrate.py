@@ -32,6 +32,7 @@ async def _rows_here(spec: ExperimentSpec, flow_run_id: str, tally: _Tally,
                           manifest_file=manifest)
     finally:
         recorder.close()
+        manifest.note_records(recorder)  # how many Prefect holds so far, with the results
 
 
 async def _rows_in_batches(spec: ExperimentSpec, flow_run_id: str, tally: _Tally) -> None:

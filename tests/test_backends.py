@@ -1,0 +1,87 @@
+"""One experiment on every backend: the same results, and on Prefect the same task runs.
+
+Retries, a timeout, a task returning `None`, an error, a chained task reading its parent,
+a gate and `retry_errors` behave the same in-process, on Prefect and on Dask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+from patronus_tasks import QualityGateError, run_experiment
+
+from .dask_steps import answer, follow_up, size, upper_judge
+
+KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok", "ok", "flaky"]
+#: Columns that differ from run to run whatever the backend: wall times, tracebacks
+#: (file paths and frames of the process that ran the call), and the data's `run` column.
+VARYING = ["evaluation_duration_s", "task_duration_s", "error_traceback", "run"]
+
+
+def _run(backend: str, results_dir: Path, **options: Any) -> Any:
+    data = [{"kind": k, "text": f"t{i}", "run": backend} for i, k in enumerate(KINDS)]
+    return run_experiment("backends", data=data, experiment_name=f"same-{backend}",
+                          chain=[{"task": answer, "evaluators": [upper_judge, size]},
+                                 {"task": follow_up}],
+                          backend=backend, results_dir=results_dir / backend,
+                          print_summary=False, max_concurrency=3, **options)
+
+
+def _comparable(exp: Any) -> pd.DataFrame:
+    df = exp.to_dataframe().drop(columns=VARYING, errors="ignore")
+    keys = ["sid", "link_index", "evaluator_name"]
+    return df.sort_values(keys, na_position="first").reset_index(drop=True)
+
+
+async def _task_runs(flow_run_id: str) -> dict[str, tuple[str, str, int]]:
+    """Each call's task run: state type, state name, run count (Dask's batch task runs,
+    which hold its calls, left out)."""
+    async with get_client() as client:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return {r.name: (r.state.type.value, r.state.name, r.run_count) for r in runs
+            if not r.name.startswith("batch-")}
+
+
+def _gated(backend: str, results_dir: Path) -> Any:
+    with pytest.raises(QualityGateError) as caught:
+        _run(backend, results_dir, fail_on_error=0)
+    assert "errored" in str(caught.value)
+    return caught.value.experiment
+
+
+def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
+                                                          results_dir: Path) -> None:
+    frames, records, again = {}, {}, {}
+    for backend in ("local", "prefect", "dask"):
+        exp = _gated(backend, results_dir)
+        frames[backend] = _comparable(exp)
+        retried = _run(backend, results_dir, retry_errors=True)
+        assert retried.path == exp.path
+        again[backend] = _comparable(retried)
+        if backend != "local":
+            assert exp.wait_recorded(60) and retried.wait_recorded(60)
+            records[backend] = (asyncio.run(_task_runs(exp.manifest["flow_run_id"])),
+                                asyncio.run(_task_runs(retried.manifest["flow_run_id"])))
+    pd.testing.assert_frame_equal(frames["prefect"], frames["local"])
+    pd.testing.assert_frame_equal(frames["dask"], frames["local"])
+    pd.testing.assert_frame_equal(again["prefect"], again["local"])
+    pd.testing.assert_frame_equal(again["dask"], again["local"])
+    assert records["dask"] == records["prefect"]
+    first, retry = records["prefect"]
+    assert first["answer-2"] == ("COMPLETED", "Completed", 2)  # one retry used
+    assert first["answer-3"] == ("FAILED", "Failed", 3)
+    assert first["upper_judge-5"][:2] == ("FAILED", "TimedOut")
+    assert "follow_up-1-link1" in first and "follow_up-4-link1" not in first  # None stops
+    # retry_errors calls again only what failed: the broken task, the timed-out judge.
+    assert set(retry) == {"answer-3", "upper_judge-5"}
+    df = frames["local"]
+    assert df.loc[df.sid == "4", "status"].tolist() == ["skipped"]
+    assert df.loc[df.sid == "3", "error_type"].tolist() == ["ValueError"]
