@@ -153,10 +153,23 @@ def _measure(mode: str, args: list[str], env: dict[str, str],
     if out.returncode != 0:
         return {"mode": mode, "error": out.stderr[-1500:]}
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    # What the model server and the Prefect server spent meanwhile (the Prefect server
-    # also ingests the records after the rows are done: counted too).
+    # What the model server and the Prefect server spent meanwhile. The Prefect server
+    # goes on after the records are visible (event persister, triggers): counted until
+    # it is idle, which also keeps that tail out of the next mode's figures.
+    settle(procs[-1])
     result["lat_cpu"], result["api_cpu"] = (tree_cpu(p) - b for p, b in zip(procs, before, strict=True))
     return result
+
+
+def settle(proc: subprocess.Popen[bytes], window: float = 2.0, idle: float = 0.05,
+           timeout: float = 300) -> None:
+    """Wait until ``proc`` (and its children) used under ``idle`` of a core for ``window``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = tree_cpu(proc)
+        time.sleep(window)
+        if tree_cpu(proc) - before < idle * window:
+            return
 
 
 def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
@@ -238,6 +251,7 @@ def run_scenario(name: str, scenario: dict[str, Any], api_url: str,
              if (not wanted or m == "plain" or m in wanted.split(","))
              and (m != "patronus" or PATRONUS_PYTHON.exists())]
     url, model = start_model_server(scenario["latency"])
+    settle(api)  # a server still busy with an earlier scenario would slow this one
     try:
         results = [run_mode(m, scenario, url, api_url, [model, api]) for m in modes]
     finally:
