@@ -31,8 +31,8 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from patronus_tasks._settings import SERVER_DEFAULTS  # noqa: E402
-from patronus_tasks._stack import SERVER_NICE  # noqa: E402
+from patronus_tasks.integrations.prefect.stack import SERVER_NICE  # noqa: E402
+from patronus_tasks.settings import SERVER_DEFAULTS  # noqa: E402
 
 #: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
 #: measured when this Python exists.

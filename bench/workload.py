@@ -14,8 +14,9 @@ import resource
 import time
 from typing import Any
 
-from patronus_tasks import Endpoint, TaskResult, evaluator, run_experiment, task
-from patronus_tasks._openai import chat_completion
+from patronus_tasks import TaskResult, evaluator, run_experiment, task
+from patronus_tasks.http import Endpoint
+from patronus_tasks.integrations.openai import chat_completion
 
 
 def _args() -> argparse.Namespace:
@@ -93,7 +94,7 @@ def _experiment(args: argparse.Namespace) -> tuple[str | None, int, float]:
 async def _until_visible(flow_run_id: str, calls: int, stall: float = 120) -> int:
     """Wait until every call's task run is visible; return how many never were (none
     appeared for ``stall`` seconds)."""
-    from patronus_tasks._prefect import count_task_runs
+    from patronus_tasks.integrations.prefect.runs import count_task_runs
 
     seen, progress_at = 0, time.monotonic()
     while seen < calls and time.monotonic() - progress_at < stall:
@@ -130,7 +131,7 @@ async def _rows_visible_at(flow_run_id: str, name: str) -> float | None:
 def main() -> None:
     args = _args()
     if args.mode != "plain":
-        import patronus_tasks._prefect  # noqa: F401  (import cost is start-up, not per row)
+        import patronus_tasks.integrations.prefect.runs  # noqa: F401  (import cost is start-up, not per row)
     cpu0, t0 = time.process_time(), time.time()
     if args.mode == "plain":
         asyncio.run(_plain(args))

@@ -21,7 +21,9 @@ from typing import Any
 
 from prefect import flow
 
-from patronus_tasks import ChatTask, Client, Evaluator, LLMJudge, experiment_flow_run_name
+from patronus_tasks import Client, Evaluator
+from patronus_tasks.openai import ChatTask, LLMJudge
+from patronus_tasks.prefect import experiment_flow_run_name
 
 PASS_CRITERIA = textwrap.dedent(
     """

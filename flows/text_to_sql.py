@@ -19,15 +19,8 @@ from typing import Any
 
 from prefect import flow
 
-from patronus_tasks import (
-    EvaluationResult,
-    Row,
-    TaskResult,
-    evaluator,
-    experiment_flow_run_name,
-    run_experiment,
-    task,
-)
+from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+from patronus_tasks.prefect import experiment_flow_run_name
 
 HERE = Path(__file__).resolve().parent
 DATASET = HERE.parent / "datasets" / "text_to_sql.jsonl"

@@ -5,18 +5,21 @@ point them at a dataset, and run it: each experiment is a Prefect flow run, each
 a task run, and the results a Parquet file you can query.
 """
 
-from ._server_hook import install as _install_local_server
+from patronus_tasks.integrations.prefect.server_hook import install as _install_local_server
 
 # Prefect starts its built-in server for the first API call of a process, a user's own
 # @flow included: this makes that server one that starts on a slow machine (see
 # _local_server), once Prefect loads its server module. It changes no environment variable.
 _install_local_server()
 
-from ._chain import Link, Parent  # noqa: E402
-from ._client import Client  # noqa: E402
-from ._compare import Comparison, EvaluatorComparison, compare_experiments  # noqa: E402
-from ._dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
-from ._exceptions import (  # noqa: E402
+from patronus_tasks.api import arun_experiment, run_experiment  # noqa: E402
+from patronus_tasks.client import Client  # noqa: E402
+from patronus_tasks.define.chain import Link, Parent  # noqa: E402
+from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
+from patronus_tasks.define.row import Row  # noqa: E402
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult  # noqa: E402
+from patronus_tasks.define.steps import Evaluator, Task, evaluator, task  # noqa: E402
+from patronus_tasks.exceptions import (  # noqa: E402
     ConfigError,
     DatasetError,
     ExperimentError,
@@ -26,37 +29,25 @@ from ._exceptions import (  # noqa: E402
     RemoteAPIError,
     UnparseableResponseError,
 )
-from ._experiment import Experiment, arun_experiment, run_experiment  # noqa: E402
-from ._http import Endpoint  # noqa: E402
-from ._openai import ChatTask, LLMJudge, chat_completion, openai_endpoint  # noqa: E402
-from ._prefect import experiment_flow_run_name  # noqa: E402
-from ._records import ErrorInfo  # noqa: E402
-from ._remote import RemoteEvaluator, patronus_endpoint  # noqa: E402
-from ._results import EvaluationResult, TaskResult  # noqa: E402
-from ._row import Row  # noqa: E402
-from ._steps import Evaluator, Task, evaluator, task  # noqa: E402
-from ._store import list_experiments, load_experiment  # noqa: E402
-from ._summary import EvaluatorStats, Summary  # noqa: E402
+from patronus_tasks.integrations.patronus import RemoteEvaluator  # noqa: E402
+from patronus_tasks.results.experiment import Experiment  # noqa: E402
+from patronus_tasks.results.summary import Summary  # noqa: E402
 
 __version__ = "0.1.0"
 
+# What the Patronus SDK has at its top level, and the core. The rest lives in named
+# modules, each with its own __all__: patronus_tasks.results (reading, comparing, past
+# runs), .openai, .http, .patronus, .prefect.
 __all__ = [
-    "ChatTask",
     "Client",
-    "Comparison",
     "ConfigError",
     "Dataset",
     "DatasetError",
-    "Endpoint",
-    "ErrorInfo",
     "EvaluationResult",
     "Evaluator",
-    "EvaluatorComparison",
-    "EvaluatorStats",
     "Experiment",
     "ExperimentError",
     "InvalidResultError",
-    "LLMJudge",
     "Link",
     "Parent",
     "PatronusTasksError",
@@ -70,15 +61,8 @@ __all__ = [
     "UnparseableResponseError",
     "__version__",
     "arun_experiment",
-    "chat_completion",
-    "compare_experiments",
     "evaluator",
-    "experiment_flow_run_name",
-    "list_experiments",
     "load_dataset",
-    "load_experiment",
-    "openai_endpoint",
-    "patronus_endpoint",
     "read_csv",
     "read_jsonl",
     "run_experiment",

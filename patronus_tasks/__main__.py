@@ -1,3 +1,3 @@
-from ._cli import main
+from patronus_tasks.cli import main
 
 main()

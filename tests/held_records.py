@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from patronus_tasks import _recorder, evaluator, run_experiment
+from patronus_tasks import evaluator, run_experiment
+from patronus_tasks.integrations.prefect import recorder as _recorder
 
 ROWS = 60
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from patronus_tasks._settings import SERVER_DEFAULTS
+from patronus_tasks.settings import SERVER_DEFAULTS
 
 DB_FILE = "prefect.db"  # Prefect's default database, in PREFECT_HOME
 

@@ -12,9 +12,9 @@ from scipy.stats import binomtest
 from typer.testing import CliRunner
 
 from patronus_tasks import Row, evaluator, run_experiment
-from patronus_tasks._cli import app
-from patronus_tasks._compare import compare_experiments
-from patronus_tasks._store import list_experiments, load_experiment
+from patronus_tasks.cli import app
+from patronus_tasks.results.compare import compare_experiments
+from patronus_tasks.results.store import list_experiments, load_experiment
 
 from .conftest import ROOT
 

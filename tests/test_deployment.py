@@ -26,7 +26,7 @@ from prefect.client.schemas.filters import (
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from patronus_tasks._stack import SERVER_NICE, Stack, _alive
+from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, _alive
 
 from .conftest import ROOT
 from .prefect_servers import copy_database, free_port

@@ -237,12 +237,23 @@ def test_exports_and_summary(results_dir: Path, capsys: pytest.CaptureFixture[st
         ({"evaluators": [shouts], "backend": "cloud"}, "backend must be one of 'prefect'"),
         ({"evaluators": [shouts], "dask_address": "tcp://127.0.0.1:1"},
          "dask_address= is for backend='dask'"),
+        ({"evaluators": [shouts], "max_concurency": 4},
+         "unknown experiment option 'max_concurency'. Did you mean 'max_concurrency'"),
     ],
 )
 def test_setup_mistakes_are_config_errors(results_dir: Path, kwargs: dict[str, Any],
                                           message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run(results_dir, **kwargs)
+
+
+def test_on_progress_sees_every_row_of_this_run(results_dir: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    Client(results_dir=results_dir, backend="local").experiment(
+        "proj", data=[{"evaluated_model_output": f"{i}!"} for i in range(5)], evaluators=shouts,
+        print_summary=False,
+        on_progress=lambda done, rows: seen.append((done, rows)))
+    assert seen == [(i, 5) for i in range(1, 6)]
 
 
 def test_dask_without_a_server_it_can_reach_is_a_config_error(results_dir: Path) -> None:

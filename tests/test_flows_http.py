@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from patronus_tasks import Client, LLMJudge, openai_endpoint
+from patronus_tasks import Client
+from patronus_tasks.openai import LLMJudge, openai_endpoint
 
 from .conftest import ROOT
 from .servers import PatronusAPI, Recorded, Reply, chat_completion, echo_chat, serve

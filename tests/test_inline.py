@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from patronus_tasks import ConfigError, Evaluator, evaluator, run_experiment
-from patronus_tasks._inline import PROBE_CALLS, SLOW_SECONDS
+from patronus_tasks.define.inline import PROBE_CALLS, SLOW_SECONDS
 
 ROWS = 3 * PROBE_CALLS
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 
-from patronus_tasks import _local_server
+from patronus_tasks.integrations.prefect import local_server as _local_server
 
 from .conftest import ROOT
 from .prefect_servers import copy_database

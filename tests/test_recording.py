@@ -24,18 +24,10 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterTaskRunId
 from prefect.logging import get_run_logger
 
-from patronus_tasks import (
-    EvaluationResult,
-    Parent,
-    Row,
-    TaskResult,
-    _recorder,
-    evaluator,
-    run_experiment,
-    task,
-)
-from patronus_tasks._events import Call, State
-from patronus_tasks._recorder import TaskRunRecorder
+from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment, task
+from patronus_tasks.integrations.prefect import recorder as _recorder
+from patronus_tasks.integrations.prefect.events import Call, State
+from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 
 CALLS: dict[str, int] = {}
 
@@ -83,7 +75,7 @@ async def _runs(flow_run_id: str) -> list[Any]:
 
 
 def _count(flow_run_id: str) -> int:
-    from patronus_tasks._prefect import count_task_runs
+    from patronus_tasks.integrations.prefect.runs import count_task_runs
 
     return asyncio.run(count_task_runs(flow_run_id))
 
@@ -251,7 +243,7 @@ def _ahead_checked(monkeypatch: pytest.MonkeyPatch, recorders: list[TaskRunRecor
                    since: dt.datetime) -> list[int]:
     """Before every POST: events posted by ``recorders`` that the slower of the server's
     task-run recorder and event persister has not taken yet (counted over the flow run)."""
-    from patronus_tasks._prefect import count_task_runs
+    from patronus_tasks.integrations.prefect.runs import count_task_runs
 
     ahead: list[int] = []
     send = _recorder._Poster._send
@@ -398,7 +390,7 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
     import contextvars
     import threading
 
-    from patronus_tasks import _backlog
+    from patronus_tasks.integrations.prefect import backlog as _backlog
 
     monkeypatch.setattr(_recorder, "_STALL_SECONDS", 3.0)  # the run's tail, lost at the kill
     monkeypatch.setattr(_backlog, "LOST_AFTER", 2.0)

@@ -12,17 +12,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from patronus_tasks import (
-    ChatTask,
-    Client,
-    ConfigError,
-    LLMJudge,
-    RemoteAPIError,
-    UnparseableResponseError,
-    openai_endpoint,
-    run_experiment,
-)
-from patronus_tasks._openai import parse_verdict
+from patronus_tasks import Client, ConfigError, RemoteAPIError, UnparseableResponseError, run_experiment
+from patronus_tasks.integrations.openai import parse_verdict
+from patronus_tasks.openai import ChatTask, LLMJudge, openai_endpoint
 
 from .servers import FakeServer, PatronusAPI, Recorded, Reply, chat_completion, echo_chat, serve
 
@@ -234,7 +226,7 @@ def test_endpoint_error_messages_redact_the_key() -> None:
         return 401, {}, {"detail": f"bad key {req.headers['x-api-key']}"}
 
     async def go(url: str) -> None:
-        from patronus_tasks import Endpoint
+        from patronus_tasks.http import Endpoint
 
         ep = Endpoint(url, headers={"x-api-key": KEY})
         try:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from patronus_tasks import EvaluationResult, TaskResult, evaluator, run_experiment, task
-from patronus_tasks._records import FIXED_SCHEMA
+from patronus_tasks.record.records import FIXED_SCHEMA
 
 from .conftest import ROOT
 
@@ -148,7 +148,7 @@ def _read_unfinished(out_dir: Path) -> pd.DataFrame:
         tables.append(pa.Table.from_pylist([r for row in lines[1:] for r in row]))
     frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     # Our own reader gives the same rows.
-    from patronus_tasks import load_experiment
+    from patronus_tasks.results import load_experiment
 
     ours = load_experiment(out_dir).to_dataframe()
     assert sorted(ours["sid"]) == sorted(frame["sid"])
@@ -158,7 +158,7 @@ def _read_unfinished(out_dir: Path) -> pd.DataFrame:
 def test_journal_recovers_types_json_cannot_keep(tmp_path: Path) -> None:
     import datetime as dt
 
-    from patronus_tasks._parquet import ParquetSink, read_results
+    from patronus_tasks.record.parquet import ParquetSink, read_results
 
     df = pd.DataFrame({"sid": ["1", "2"], "when": pd.to_datetime(["2026-01-01", "2026-02-03"]),
                        "blob": [b"\x00\x01", b"\xff"], "n": [1, 2]})
@@ -179,7 +179,7 @@ def test_writers_checking_one_folder_at_once_do_not_trip_each_other(tmp_path: Pa
     writable, and one's check must not delete the other's probe (CI caught it once)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from patronus_tasks._parquet import make_writable
+    from patronus_tasks.record.parquet import make_writable
 
     def check_often(_: int) -> None:
         for _ in range(300):

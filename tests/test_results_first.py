@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from patronus_tasks import _recorder
+from patronus_tasks.integrations.prefect import recorder as _recorder
 
 from . import held_records
 from .test_recording import _count

@@ -16,22 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from patronus_tasks import (
-    ConfigError,
-    QualityGateError,
-    Row,
-    evaluator,
-    load_experiment,
-    run_experiment,
-    task,
-)
+from patronus_tasks import ConfigError, QualityGateError, Row, evaluator, run_experiment, task
+from patronus_tasks.results import load_experiment
 
 from .conftest import ROOT
 from .servers import FakeServer, Recorded, Reply, chat_completion, serve
 
 SCRIPT = """
 import sys
-from patronus_tasks import ChatTask, evaluator, openai_endpoint, run_experiment
+from patronus_tasks import evaluator, run_experiment
+from patronus_tasks.openai import ChatTask, openai_endpoint
 
 url, results, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "resume"
 chat = ChatTask("m", endpoint=openai_endpoint(url, max_attempts=1))

@@ -17,7 +17,7 @@ from patronus_tasks import (
     evaluator,
     task,
 )
-from patronus_tasks._results import to_evaluation_result, to_task_result
+from patronus_tasks.define.step_results import to_evaluation_result, to_task_result
 
 
 def test_task_decorator_forms_keep_the_function_callable() -> None:

@@ -1,0 +1,135 @@
+"""The public functions: set an experiment up, run it where its backend says, return it.
+
+The top of the library: it picks the backend (`integrations`), bridges sync and async
+callers, and turns SIGTERM into an interrupt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import signal
+import threading
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from typing_extensions import Unpack
+
+from patronus_tasks.define.dataset import DataInput
+from patronus_tasks.exceptions import QualityGateError
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.run import observers
+from patronus_tasks.run.execute import execute, gate_failures
+from patronus_tasks.run.options import RunOptions, split_run
+from patronus_tasks.run.runner import LocalStepRunner
+from patronus_tasks.run.spec import ExperimentSpec, make_spec
+
+T = TypeVar("T")
+
+async def _run(spec: ExperimentSpec) -> Experiment:
+    if spec.backend != "local":
+        from patronus_tasks.integrations.prefect.orchestrate import run_on_prefect
+
+        return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
+    await execute(spec, LocalStepRunner())
+    experiment = Experiment(spec.out_dir)
+    failures = gate_failures(spec, experiment)
+    if failures:
+        raise QualityGateError(failures, experiment)
+    return experiment
+
+
+async def arun_experiment(project_name: str, *, data: DataInput,
+                          **options: Unpack[RunOptions]) -> Experiment:
+    """Run an experiment (async form of `run_experiment`)."""
+    experiment_options, print_summary = split_run(options)
+    spec = make_spec(project_name, data=data, **experiment_options)
+    steps = spec.steps()
+    try:
+        for step in steps:  # look-ups and connections, before any row is run
+            await step.setup()
+        experiment = await _run(spec)
+    except QualityGateError as exc:
+        _finished(exc.experiment, print_summary)  # type: ignore[arg-type]
+        raise
+    finally:
+        for step in steps:
+            await step.aclose()
+    _finished(experiment, print_summary)
+    return experiment
+
+
+def _finished(experiment: Experiment, print_summary: bool) -> None:
+    for observer in observers.current():
+        if observer.on_finished is not None:
+            observer.on_finished(experiment)
+    if print_summary:
+        print(experiment.format_summary())
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM interrupts like Ctrl-C, so completed rows are flushed and the run marked."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+        running = True
+    except RuntimeError:
+        running = False  # not inside the except block: user tracebacks must not chain to it
+    if not running:
+        with _sigterm_as_interrupt():
+            return asyncio.run(coro)
+    # Called from running async code (a notebook, an async flow): use a loop of our own.
+    ctx = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(ctx.run, asyncio.run, coro).result()
+
+
+def run_experiment(project_name: str, *, data: DataInput,
+                   **options: Unpack[RunOptions]) -> Experiment:
+    """Run an experiment: every row through the task and evaluators (or the ``chain``).
+
+    The experiment is one Prefect flow run and every task and evaluator call its own task
+    run, on ``PREFECT_API_URL`` or Prefect's built-in local server. It returns as soon as
+    the rows are done and the results written; the task-run records Prefect has not taken
+    yet follow in the background (`Experiment.wait_recorded`; the process waits for them
+    before it exits, and a call made inside a flow run waits before it returns).
+
+    ``backend``: where rows run: ``"prefect"`` (this process, recorded on Prefect),
+    ``"local"`` (this process, no Prefect), ``"dask"`` (batches on a Dask cluster: a local
+    one of two processes, or the scheduler at ``dask_address``; needs ``prefect-dask`` and
+    a server in ``PREFECT_API_URL``) or any Prefect ``TaskRunner``.
+
+    ``resume=True`` goes on with the latest run of ``experiment_name`` (or the run whose
+    ``experiment_id`` is given): rows completed there are reused, missing and failed ones
+    run (steps that completed inside failed rows are replayed, not called again);
+    ``retry_errors=True`` re-runs only the rows that failed. ``fail_on_error`` (a row
+    count, or a fraction as a float) and ``min_pass_rates`` ({evaluator: rate}) are
+    gates: when one fails, the results are still written, the flow run ends Failed and
+    `QualityGateError` is raised.
+    Results stream to ``<results_dir>/<project>/<experiment>/results.parquet``.
+
+    The options (`RunOptions`: ``task``, ``evaluators``, ``chain``, ``tags``,
+    ``experiment_name``, ``max_concurrency`` (default 10), ``results_dir``, ``backend``,
+    ``resume``, ``retry_errors``, ``experiment_id``, ``fail_on_error``,
+    ``min_pass_rates``, ``dask_address``, ``print_summary`` (default True)) are declared
+    once in `patronus_tasks.run.options`; an unknown one is a `ConfigError`.
+    """
+    split_run(options)  # a mistake is a ConfigError here, before any loop starts
+    return _run_sync(arun_experiment(project_name, data=data, **options))

@@ -1,0 +1,287 @@
+"""The ``patronus-tasks`` command line: run, list, show, compare and export experiments.
+
+Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
+``--fail-on-regression``); 2 a usage error (bad arguments, unknown experiment, bad file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from patronus_tasks.exceptions import ConfigError, QualityGateError
+from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.results.compare import compare_experiments
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.gates import failed_gates, parse_thresholds
+from patronus_tasks.results.store import list_experiments, load_experiment
+from patronus_tasks.run.observers import Observers, observing
+from patronus_tasks.run.spec import ExperimentSpec
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+app = typer.Typer(help="Run, list, show, compare and export patronus-tasks experiments.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+err = Console(stderr=True)
+ResultsDir = Annotated[Path | None, typer.Option(
+    "--results-dir", help="Results directory (default $PATRONUS_TASKS_RESULTS_DIR or ./results).")]
+
+
+def _say(label: str, message: str) -> None:
+    # Messages hold "[link 0]" and user text: never rich markup.
+    err.print(f"{label}: {message}", style="red", markup=False, highlight=False)
+
+
+def _usage(message: str) -> typer.Exit:
+    _say("error", message)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _load(name: str, results_dir: Path | None) -> Experiment:
+    try:
+        return load_experiment(name, results_dir)
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise _usage(f"{path}: no such file")
+    sys.path.insert(0, str(path.resolve().parent))
+    spec = importlib.util.spec_from_file_location(f"_patronus_run_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _entry(target: str) -> Callable[..., Any]:
+    """``PATH[:FUNCTION]``: the named function, or the file's only Prefect flow."""
+    from prefect import Flow
+
+    path, _, name = target.partition(":")
+    module = _import_file(Path(path))
+    if name:
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise _usage(f"{path} has no function {name!r}")
+        return fn
+    flows = [v for v in vars(module).values() if isinstance(v, Flow)]
+    if len(flows) != 1:
+        found = ", ".join(f.fn.__name__ for f in flows) or "none"
+        raise _usage(f"{path}: say which function to run as {path}:FUNCTION (flows found: {found})")
+    return flows[0]
+
+
+def _call_kwargs(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
+    params = inspect.signature(getattr(fn, "fn", fn)).parameters
+    kwargs = {}
+    for option, value in given.items():
+        names = ("dataset", "data") if option == "data" else (option,)
+        accepted = [n for n in names if n in params]
+        if not accepted:
+            raise _usage(f"{getattr(fn, '__name__', fn)} takes no {'/'.join(names)} parameter "
+                         f"for --{option.replace('_', '-')}")
+        kwargs[accepted[0]] = value
+    return kwargs
+
+
+@contextmanager
+def _progress_bar() -> Iterator[list[Experiment]]:
+    """A progress bar per experiment while the block runs; yields the experiments run."""
+    finished: list[Experiment] = []
+    bars: dict[str, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=False) as progress:
+        def on_row(spec: ExperimentSpec, done: int) -> None:
+            if spec.experiment_id not in bars:
+                bars[spec.experiment_id] = progress.add_task(spec.experiment_name,
+                                                             total=len(spec.dataset))
+            progress.update(bars[spec.experiment_id], completed=done)
+
+        with observing(Observers(on_row=on_row, on_finished=finished.append)):
+            yield finished
+
+
+@app.command()
+def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python file.")],
+        data: Annotated[str | None, typer.Option(help="Dataset path passed to the function.")] = None,
+        experiment_name: Annotated[str | None, typer.Option()] = None,
+        max_concurrency: Annotated[int | None, typer.Option(min=1)] = None,
+        results_dir: ResultsDir = None,
+        min_pass_rate: Annotated[list[str] | None, typer.Option(
+            help="EVALUATOR=RATE; exit 1 when the pass rate is lower. Repeatable.")] = None,
+        resume: Annotated[bool, typer.Option(
+            "--resume", help="Go on with the latest run of this experiment.")] = False,
+        retry_errors: Annotated[bool, typer.Option(
+            "--retry-errors", help="Re-run only the rows that failed.")] = False) -> None:
+    """Run the experiment(s) a Python file defines, with a progress bar."""
+    try:
+        thresholds = parse_thresholds(min_pass_rate or [])
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
+    fn = _entry(target)
+    given = {"data": data, "experiment_name": experiment_name,
+             "max_concurrency": max_concurrency,
+             "results_dir": str(results_dir) if results_dir else None,
+             "resume": resume or None, "retry_errors": retry_errors or None}
+    kwargs = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
+    try:
+        with _progress_bar() as finished:
+            fn(**kwargs)
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
+    except QualityGateError as exc:
+        gate_errors = exc.failures  # the experiment's own gates; reported below
+    else:
+        gate_errors = []
+    if not finished:
+        raise _usage(f"{target} ran no experiment")
+    failures = gate_errors + [f"{e.name}: {m}" for e in finished
+                              for m in failed_gates(e.summary(), thresholds)]
+    for message in failures:
+        _say("gate failed", message)
+    raise typer.Exit(EXIT_GATE if failures else EXIT_OK)
+
+
+def _pass_rates(e: Experiment) -> str:
+    try:
+        stats = e.summary().evaluators
+    except FileNotFoundError:
+        return "(no results)"
+    return ", ".join(f"{s.evaluator} {'-' if s.pass_rate is None else f'{s.pass_rate:.0%}'}"
+                     for s in stats)
+
+
+@app.command("list")
+def list_(results_dir: ResultsDir = None) -> None:
+    """Past experiments: name, start time, status, rows, errors and pass rates."""
+    runs = list_experiments(results_dir)
+    if not runs:
+        typer.echo("no experiments")
+        return
+    for e in runs:
+        m = e.manifest
+        errors = (m.get("task_errors") or 0) + (m.get("evaluator_errors") or 0)
+        typer.echo(f"{e.project}/{e.path.name}  {str(m.get('started_at', ''))[:19]}  "
+                   f"{m.get('status', '?')}  rows={m.get('rows', '?')}  errors={errors}  "
+                   f"{_pass_rates(e)}")
+
+
+def _failure_lines(e: Experiment) -> list[str]:
+    df = e.to_dataframe()
+    bad = df[(df["status"] == STATUS_ERROR) | (df["pass"] == False)]  # noqa: E712
+    lines = []
+    for r in bad.itertuples():
+        step = r.evaluator_name if isinstance(r.evaluator_name, str) else r.task_name
+        if r.status == STATUS_ERROR:
+            lines.append(f"  sid={r.sid} link={r.link_index} {step}: {r.error_type}: {r.error_message}")
+        else:
+            lines.append(f"  sid={r.sid} link={r.link_index} {step}: failed"
+                         + (f" ({r.explanation})" if isinstance(r.explanation, str) else ""))
+    return lines
+
+
+@app.command()
+def show(experiment: str, failures: Annotated[bool, typer.Option(
+             "--failures", help="List rows that errored or failed an evaluator.")] = False,
+         results_dir: ResultsDir = None) -> None:
+    """An experiment's summary."""
+    e = _load(experiment, results_dir)
+    typer.echo(e.format_summary())
+    if failures:
+        lines = _failure_lines(e)
+        typer.echo(f"\nFailures ({len(lines)}):" if lines else "\nNo failures.")
+        for line in lines:
+            typer.echo(line)
+
+
+@app.command()
+def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
+                "--fail-on-regression", help="Exit 1 when any row regressed.")] = False,
+            results_dir: ResultsDir = None) -> None:
+    """Compare experiment B with baseline A, pairing rows by sample id."""
+    result = compare_experiments(_load(a, results_dir), _load(b, results_dir))
+    typer.echo(result.format())
+    if fail_on_regression and result.has_regressions:
+        raise typer.Exit(EXIT_GATE)
+
+
+@app.command()
+def export(experiment: str,
+           format: Annotated[str, typer.Option("--format", help="csv or jsonl")] = "csv",
+           output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+           results_dir: ResultsDir = None) -> None:
+    """Write an experiment's records as CSV or JSON Lines (to stdout without --output)."""
+    if format not in ("csv", "jsonl"):
+        raise _usage(f"--format must be csv or jsonl, not {format!r}")
+    e = _load(experiment, results_dir)
+    text = e.to_csv() if format == "csv" else e.to_json()
+    if output is None:
+        sys.stdout.write(text or "")
+    else:
+        output.write_text(text or "", encoding="utf-8")
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+server = typer.Typer(help="A local Prefect stack: server, work pool, deployments, worker.",
+                     no_args_is_help=True)
+app.add_typer(server, name="server")
+Home = Annotated[Path, typer.Option("--home", help="Where the server's database, logs and "
+                                    "process ids live.")]
+
+
+@server.command("up")
+def server_up(home: Home = Path(".prefect"), port: int = 4200,
+              deploy: Annotated[bool, typer.Option(help="Deploy prefect.yaml.")] = True,
+              worker: Annotated[bool, typer.Option(help="Start a process worker.")] = True,
+              nice: Annotated[int, typer.Option(
+                  help="Run the server this many steps below normal CPU priority, so "
+                  "recording rows never slows the rows (0: same priority).")] = 10) -> None:
+    """Start a Prefect server on 127.0.0.1, create the pool, deploy, start a worker."""
+    from patronus_tasks.exceptions import ExperimentError
+    from patronus_tasks.integrations.prefect import stack as _stack
+
+    if _stack.Stack.load(home.resolve()) is not None:
+        raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
+    try:
+        stack = _stack.up(Path.cwd(), home, port, deploy=deploy, worker=worker, nice=nice)
+    except ExperimentError as exc:
+        raise _usage(str(exc)) from None
+    typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}\n"
+               f"server pid {stack.server_pid}, worker pid {stack.worker_pid}; logs in {stack.home}\n"
+               f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
+
+
+@server.command("down")
+def server_down(home: Home = Path(".prefect")) -> None:
+    """Stop the worker and server that `server up` started."""
+    from patronus_tasks.integrations.prefect import stack as _stack
+
+    stack = _stack.down(home)
+    typer.echo("nothing to stop" if stack is None else
+               f"stopped server {stack.server_pid} and worker {stack.worker_pid}")
+
+
+@server.command("status")
+def server_status(home: Home = Path(".prefect")) -> None:
+    """Whether the stack's server and worker are running."""
+    from patronus_tasks.integrations.prefect import stack as _stack
+
+    found = _stack.status(home)
+    if found is None:
+        typer.echo("no stack recorded")
+        raise typer.Exit(1)
+    typer.echo("  ".join(f"{k}: {'running' if v else 'stopped'}" for k, v in found.items()))

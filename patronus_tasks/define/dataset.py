@@ -1,0 +1,200 @@
+"""Datasets: loading rows from lists, DataFrames, CSV, JSONL and Parquet, with stable ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import pandas as pd
+
+from patronus_tasks.define.params import ROW_FIELDS
+from patronus_tasks.define.row import Row, Sample
+from patronus_tasks.exceptions import DatasetError
+
+DataInput = Union["Dataset", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
+_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+class Dataset:
+    """A DataFrame of samples with a unique string ``sid`` column.
+
+    Build one with `load_dataset`, `read_csv` or `read_jsonl`; experiments accept the
+    same inputs as `load_dataset` directly.
+    """
+
+    def __init__(self, df: pd.DataFrame, source: str | None = None) -> None:
+        self.source = source
+        self.df = _with_sid(df, source)
+        self._hash: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def __repr__(self) -> str:
+        return f"Dataset({len(self)} rows, source={self.source!r})"
+
+    @property
+    def columns(self) -> list[str]:
+        return [str(c) for c in self.df.columns]
+
+    def rows(self) -> Iterator[Row]:
+        """Yield each sample as a `Row`."""
+        return (sample.row for sample in self.samples())
+
+    def samples(self) -> Iterator[Sample]:
+        """Yield each sample as the runner carries it (values, `Row` on demand)."""
+        columns = self.df.columns
+        for values in self.df.itertuples(index=False, name=None):
+            yield Sample(columns, values)
+
+    def content_hash(self) -> str:
+        """A SHA-256 of the rows' content, to tell whether two runs saw the same data.
+
+        Computed once: it serialises every row, and each manifest write asks for it.
+        """
+        if self._hash is None:
+            text = self.df.to_json(orient="records", default_handler=str)
+            self._hash = hashlib.sha256(text.encode()).hexdigest()
+        return self._hash
+
+
+def _where(source: str | None) -> str:
+    return f"dataset {source}" if source else "dataset"
+
+
+def _with_sid(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    if len(df) == 0:
+        raise DatasetError(f"{_where(source)} is empty: an experiment needs at least one row.")
+    df = df.reset_index(drop=True)
+    if "sid" not in df.columns:
+        return df.assign(sid=[str(i + 1) for i in range(len(df))])
+    missing = df.index[df["sid"].isna()].tolist()
+    if missing:
+        raise DatasetError(
+            f"{_where(source)}: rows at positions {missing[:10]} have no 'sid'. "
+            "Give every row a sample id, or drop the 'sid' column to number rows 1..N."
+        )
+    sids = df["sid"].astype(str)
+    dups = sorted(set(sids[sids.duplicated()]))
+    if dups:
+        raise DatasetError(
+            f"{_where(source)}: duplicate sample ids {dups[:10]} in column 'sid'. "
+            "Sample ids must be unique: fix them, or drop the column to number rows 1..N."
+        )
+    return df.assign(sid=sids.astype(object))
+
+
+def _rename(df: pd.DataFrame, mapping: Mapping[str, str | None], source: str) -> pd.DataFrame:
+    renames = {}
+    for target, column in mapping.items():
+        if column is None or column == target:
+            continue
+        if column not in df.columns:
+            raise DatasetError(
+                f"{_where(source)} has no column {column!r} (given as {target}_field). "
+                f"Columns are: {', '.join(map(str, df.columns))}."
+            )
+        renames[column] = target
+    return df.rename(columns=renames)
+
+
+def _field_mapping(sid_field: str | None, fields: Mapping[str, str | None]) -> dict[str, str | None]:
+    mapping: dict[str, str | None] = {"sid": sid_field}
+    for name in ROW_FIELDS:
+        mapping[name] = fields.get(f"{name}_field")
+    return mapping
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    records = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg}).") from None
+            if not isinstance(record, dict):
+                raise DatasetError(f"{path}:{lineno}: each line must be a JSON object.")
+            records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def _read_file(path: Path, fmt: str, **kwargs: Any) -> pd.DataFrame:
+    if fmt == "csv":
+        # Keep "NA", "null" and friends as text: only empty cells are missing.
+        return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+    if fmt == "jsonl":
+        return _read_jsonl(path)
+    return pd.read_parquet(path)
+
+
+def _check_path(path: str | Path, fmt: str | None = None) -> tuple[Path, str]:
+    path = Path(path)
+    fmt = fmt or _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DatasetError(
+            f"{path}: unknown dataset format {path.suffix!r}. "
+            "Use .csv, .jsonl (or .ndjson) or .parquet, or pass a list of dicts or a DataFrame."
+        )
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such dataset file.")
+    return path, fmt
+
+
+def _load_file(path: str | Path, fmt: str | None, sid_field: str | None, fields: Mapping[str, Any],
+               **kwargs: Any) -> Dataset:
+    checked, fmt = _check_path(path, fmt)
+    df = _read_file(checked, fmt, **kwargs)
+    df = _rename(df, _field_mapping(sid_field, fields), str(checked))
+    return Dataset(df, source=str(checked))
+
+
+def read_csv(path: str | Path, *, sid_field: str | None = None, **fields: Any) -> Dataset:
+    """Read a CSV file, mapping columns onto the well-known fields.
+
+    ``evaluated_model_input_field="question"`` reads column ``question`` as
+    ``evaluated_model_input`` (likewise for every ``evaluated_model_*`` field);
+    ``sid_field`` names the sample-id column. Other keywords go to `pandas.read_csv`.
+    """
+    mapped = {k: fields.pop(k) for k in list(fields) if k.endswith("_field")}
+    _check_field_names(mapped)
+    return _load_file(path, "csv", sid_field, mapped, **fields)
+
+
+def read_jsonl(path: str | Path, *, sid_field: str | None = None, **fields: str) -> Dataset:
+    """Read a JSON Lines file (one object per line), mapping fields like `read_csv`."""
+    _check_field_names(fields)
+    return _load_file(path, "jsonl", sid_field, fields)
+
+
+def _check_field_names(fields: Mapping[str, Any]) -> None:
+    allowed = {f"{name}_field" for name in ROW_FIELDS}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise DatasetError(
+            f"unknown field mapping {unknown}; allowed: sid_field, {', '.join(sorted(allowed))}."
+        )
+
+
+def load_dataset(data: DataInput) -> Dataset:
+    """Turn any accepted ``data=`` value into a `Dataset`.
+
+    Accepts a `Dataset`, a DataFrame, a list of dicts, or a path to CSV, JSONL or Parquet.
+    """
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, pd.DataFrame):
+        return Dataset(data.copy())
+    if isinstance(data, (str, Path)):
+        return _load_file(data, None, None, {})
+    if isinstance(data, Sequence) and all(isinstance(r, Mapping) for r in data):
+        return Dataset(pd.DataFrame.from_records([dict(r) for r in data]))  # type: ignore[arg-type]
+    raise DatasetError(
+        f"data must be a list of dicts, a DataFrame, a Dataset or a file path, "
+        f"not {type(data).__name__}."
+    )

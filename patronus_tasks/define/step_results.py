@@ -1,0 +1,134 @@
+"""What tasks and evaluators return, and how other return values are converted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from patronus_tasks.exceptions import InvalidResultError
+
+
+def _check_json(value: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{field} must be JSON-serialisable (dicts, lists, str, numbers, bool, None): {exc}"
+        ) from None
+    return value
+
+
+def _check_tags(value: dict[str, Any] | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    bad = {k: type(v).__name__ for k, v in value.items() if not isinstance(v, str)}
+    if bad or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"tags must map str to str; non-str values: {bad}. Convert with str().")
+    return dict(value)
+
+
+class TaskResult(BaseModel):
+    """The output of a task for one row, with optional metadata and tags.
+
+    A task may return a plain ``str``; it becomes ``TaskResult(evaluated_model_output=...)``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    evaluated_model_output: str | None = None
+    metadata: dict[str, Any] | None = None
+    tags: dict[str, str] | None = None
+    evaluated_model_system_prompt: str | None = None
+    evaluated_model_name: str | None = None
+    evaluated_model_provider: str | None = None
+    evaluated_model_params: dict[str, Any] | None = None
+    evaluated_model_selected_model: str | None = None
+
+    @field_validator("metadata", "evaluated_model_params", mode="before")
+    @classmethod
+    def _json_metadata(cls, v: Any, info: Any) -> Any:
+        return _check_json(v, info.field_name)
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _str_tags(cls, v: Any) -> Any:
+        return _check_tags(v)
+
+    def model_info(self) -> dict[str, Any]:
+        """The ``evaluated_model_*`` facts set on this result, for the metadata column."""
+        keys = ("name", "provider", "params", "selected_model")
+        return {
+            f"evaluated_model_{k}": getattr(self, f"evaluated_model_{k}")
+            for k in keys
+            if getattr(self, f"evaluated_model_{k}") is not None
+        }
+
+
+class EvaluationResult(BaseModel):
+    """The verdict of one evaluator on one row.
+
+    ``pass_`` is written as ``pass`` when serialised. An evaluator may also return a
+    ``bool`` (pass), a number (score), a ``str`` (text output) or ``None`` (skipped).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    pass_: bool | None = Field(default=None, alias="pass")
+    score_raw: float | None = None
+    text_output: str | None = None
+    explanation: str | None = None
+    metadata: dict[str, Any] | None = None
+    tags: dict[str, str] | None = None
+    evaluation_duration: dt.timedelta | None = None
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _json_metadata(cls, v: Any) -> Any:
+        return _check_json(v, "metadata")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _str_tags(cls, v: Any) -> Any:
+        return _check_tags(v)
+
+    @field_validator("score_raw", mode="before")
+    @classmethod
+    def _finite_score(cls, v: Any) -> Any:
+        if v is not None and isinstance(v, float) and math.isnan(v):
+            raise ValueError("score_raw is NaN; return None for 'no score'")
+        return v
+
+
+def to_task_result(value: Any) -> TaskResult | None:
+    """Convert a task's return value; raise `InvalidResultError` for unsupported types."""
+    if value is None or isinstance(value, TaskResult):
+        return value
+    if isinstance(value, str):
+        return TaskResult(evaluated_model_output=value)
+    raise InvalidResultError(
+        f"a task must return str, TaskResult or None, not {type(value).__name__}"
+    )
+
+
+def to_evaluation_result(value: Any) -> EvaluationResult | None:
+    """Convert an evaluator's return value; raise `InvalidResultError` for unsupported types."""
+    if value is None or isinstance(value, EvaluationResult):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return EvaluationResult(pass_=bool(value), score_raw=float(value))
+    if isinstance(value, numbers.Real):
+        return EvaluationResult(score_raw=float(value))
+    if isinstance(value, str):
+        return EvaluationResult(text_output=value)
+    raise InvalidResultError(
+        "an evaluator must return bool, a number, str, EvaluationResult or None, "
+        f"not {type(value).__name__}"
+    )

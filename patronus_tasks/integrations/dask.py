@@ -1,0 +1,148 @@
+"""Past one machine: an experiment's rows in batches through a Prefect task runner (Dask).
+
+The rows are cut into batches; each batch is one Prefect task run submitted through the
+flow's task runner (``prefect-dask``'s `DaskTaskRunner` for ``backend="dask"``). On its
+worker a batch runs its rows in asyncio as the in-process path does, records each call as
+its own task run nested under the batch, writes its records as Parquet parts (named for
+the batch) into the experiment's folder, which the flow then merges into the one
+``results.parquet``, and ends once Prefect holds its records (the worker may go away
+after). Workers need the folder (a shared file system past one machine) and a Prefect
+server (``PREFECT_API_URL``). A resumed experiment sends each batch what the earlier run
+completed of its rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from prefect import task as prefect_task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
+
+from patronus_tasks.define.dataset import Dataset
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.integrations.prefect import steplogs as _steplogs
+from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
+from patronus_tasks.integrations.prefect.runs import RecordingStepRunner
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.resume import Replay
+from patronus_tasks.run.spec import ExperimentSpec
+from patronus_tasks.run.threads import DaemonThreadPool
+
+logger = logging.getLogger("patronus_tasks")
+BATCHES_PER_WORKER = 4
+_COUNTS = ("rows", "records", "task_errors", "evaluator_errors", "errored_rows")
+
+
+def make_task_runner(task_runner: Any, address: str | None) -> Any:
+    """``"dask"`` as a `DaskTaskRunner` (a local cluster, or the scheduler at ``address``)."""
+    if task_runner != "dask":
+        return task_runner
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ConfigError("backend='dask' needs prefect-dask: pip install "
+                          "'patronus-tasks[dask]'") from None
+    if address:
+        return DaskTaskRunner(address=address)
+    return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1,
+                                          "processes": True, "dashboard_address": None})
+
+
+@dataclass
+class Batch:
+    """What one worker needs: the spec with its slice of rows, where to write, for whom."""
+
+    spec: ExperimentSpec
+    index: int
+    flow_run_id: str
+    columns: tuple[pa.Schema, frozenset[str]]
+    #: Batches that may post to the server at once (all of them, at most): their event
+    #: recorders share the server's bound (see `_recorder`).
+    share: int = 1
+    replay: Replay | None = None  # what an earlier run completed of these rows
+
+
+@prefect_task(name="experiment-batch", task_run_name="batch-{batch.index}", cache_policy=NO_CACHE,
+              persist_result=False)
+async def run_batch(batch: Batch) -> dict[str, Any]:
+    """Run a batch of rows on a worker; write its parts; return its counts once Prefect
+    holds its records."""
+    from patronus_tasks.run.execute import _Tally
+    from patronus_tasks.run.runner import RowRunner, run_rows
+
+    ctx = TaskRunContext.get()
+    parent = str(ctx.task_run.id) if ctx and ctx.task_run else None
+    spec, tally = batch.spec, _Tally()
+    sink = _parquet.ParquetSink(spec.out_dir, columns=batch.columns, prefix=f"b{batch.index}")
+    pool = DaemonThreadPool(spec.max_concurrency)
+    recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
+                               share=batch.share).start()
+    runner = RowRunner(spec.links, RecordingStepRunner(recorder), tags=spec.tags,
+                       limit=spec.max_concurrency, pool=pool, replay=batch.replay)
+
+    def on_records(records: list[dict[str, Any]]) -> None:
+        tally.add(records)
+        sink.add(records)
+
+    try:
+        with _steplogs.capture():
+            await run_rows(spec.dataset.samples(), runner, spec.max_concurrency, on_records)
+    finally:
+        sink.flush()
+        pool.shutdown(wait=False)
+        recorder.close()
+    await recorder.until_recorded()
+    return {**vars(tally), "calls": runner.calls, "recorded": recorder.recorded,
+            "lost": recorder.lost, "pid": os.getpid()}
+
+
+def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
+             replay: Replay | None) -> list[Batch]:
+    df = spec.dataset.df
+    if replay is not None:  # rows the earlier run completed are written already
+        df = df[[replay.wanted(str(sid)) for sid in df["sid"]]].reset_index(drop=True)
+    if not len(df):
+        return []
+    count = max(1, min(len(df), workers * BATCHES_PER_WORKER))
+    size = math.ceil(len(df) / count)
+    columns, starts = _parquet.dataset_schema(spec.dataset.df), range(0, len(df), size)
+    return [Batch(replace(spec, dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
+                                                spec.dataset.source)),
+                  n, flow_run_id, columns, share=len(starts),
+                  replay=_replay_of(replay, df["sid"].iloc[i:i + size]))
+            for n, i in enumerate(starts)]
+
+
+def _replay_of(replay: Replay | None, sids: Any) -> Replay | None:
+    if replay is None:
+        return None
+    wanted = {str(s) for s in sids}
+    return Replay({s: r for s, r in replay.rows.items() if s in wanted}, replay.retry_errors_only)
+
+
+async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any,
+                      replay: Replay | None = None) -> int:
+    """Submit every batch to the flow's task runner; fold their counts into ``tally``.
+
+    Returns the task runs made: each call, plus one per batch.
+    """
+    batches = _batches(spec, flow_run_id, 2, replay)
+    futures = [run_batch.submit(b) for b in batches]
+    results: list[dict[str, Any]] = await asyncio.to_thread(
+        lambda: [f.result() for f in futures])  # type: ignore[misc]
+    for result in results:
+        for key in _COUNTS:
+            setattr(tally, key, getattr(tally, key) + result[key])
+    tally.pids = sorted({r["pid"] for r in results})
+    lost = sum(r["lost"] for r in results)
+    if lost:
+        logger.error("%d task runs of the batches were not recorded by Prefect (their rows are "
+                     "in the Parquet results)", lost)
+    return sum(r["calls"] for r in results) + len(batches)

@@ -1,0 +1,167 @@
+"""Which posted batches of task-run events Prefect's server has recorded, and which it lost.
+
+The server takes a POST of events into an in-memory broker and answers at once; its
+consumers (the task-run recorder, the event persister) record them later. Events can
+still be lost after a 2xx: the broker drops events past 10,000 queued per consumer, and a
+server that restarts loses what it had queued. So a batch counts as recorded only once
+the server holds all of it in both places, checked in two steps, so that the server's
+work stays small whatever the size of the flow run (counting the flow run's events took
+the server 7 s at 180,000):
+
+- every poll, one look-up by primary key of each pending batch's *mark* (its last event,
+  see `_events.Batch`): the task run, and the event;
+- once a batch's mark is there, one count of its task runs in a final state and one of
+  its events, by their ids: a consumer writes a few batches' worth at once, in no set
+  order, so the mark alone does not prove the rest is in.
+
+A batch still incomplete `LOST_AFTER` seconds after one posted after it was found (or
+after its own mark was) was lost: it is sent again. Sending again is safe: the server
+keys task runs, states and events by the ids the events carry, so nothing doubles.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+
+from patronus_tasks.integrations.prefect import internal
+from patronus_tasks.integrations.prefect.events import FINAL_TYPES, Batch
+
+_LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at most 50)
+#: Seconds a batch may stay missing after a later one was recorded, before it counts as
+#: lost: a consumer writes what it took in batches, so a later one can show up first.
+LOST_AFTER = 10.0
+#: `occurred` must be given: by default the events filter ends at the server's "now", and
+#: a client clock ahead of it would hide the newest events.
+_ALL_TIME = {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
+
+
+class Backlog:
+    """Batches posted and not yet recorded, in the order they were posted."""
+
+    def __init__(self) -> None:
+        self.posted: deque[Batch] = deque()
+        self.sent = 0  # events posted (each once, however often it was sent)
+        self.recorded = 0  # task runs whose final state the server holds
+        self.persisting = True  # False once the event persister looks switched off
+        self._stored_any = False
+        self._recorded_events = 0  # events the task-run recorder alone has taken
+        self._recorded_at = 0.0  # when the recorder was first seen to take one
+
+    def add(self, batch: Batch) -> None:
+        self.sent += batch.count if not batch.posts else 0
+        batch.posts += 1
+        batch.overtaken_at = 0.0
+        self.posted.append(batch)
+
+    def ahead(self) -> int:
+        """Events posted that the server has not recorded yet."""
+        return sum(b.count for b in self.posted)
+
+    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> list[Batch]:
+        """Ask the server which marks it holds; drop the recorded batches; return the lost
+        ones (taken out of `posted`, to be sent again).
+
+        The persister is taken to be off once the recorder has taken
+        ``persister_off_after`` events and, ``grace`` seconds after it took the first,
+        not one was stored (it flushes every 5 s by default; the recorder can be faster).
+        """
+        batches = list(self.posted)[:_LOOKUP]
+        if not batches:
+            return []
+        runs = await _recorded_marks(client, batches)
+        stored = runs
+        if self.persisting:
+            stored = await _stored_marks(client, batches)
+            self._note_recorder(batches, runs, stored)
+            if self.persister_silent(persister_off_after, grace):
+                stored = runs
+        marked = [r and s for r, s in zip(runs, stored, strict=True)]
+        done = [m and await self._complete(client, b) for b, m in zip(batches, marked, strict=True)]
+        lost = [b for i, b in enumerate(batches)
+                if not done[i] and _overtaken(b, marked[i] or _before_found(runs, i)
+                                              or _before_found(stored, i))]
+        gone = {id(b) for b, d in zip(batches, done, strict=True) if d} | {id(b) for b in lost}
+        self.posted = deque(b for b in self.posted if id(b) not in gone)
+        self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
+        return lost
+
+    async def _complete(self, client: Any, batch: Batch) -> bool:
+        """Whether the server holds every task run of ``batch`` in its final state, and
+        (the persister on) every event."""
+        events = orjson.loads(batch.body())
+        finals = [e["resource"]["prefect.resource.id"].removeprefix("prefect.task-run.")
+                  for e in events if e["resource"]["prefect.state-type"] in FINAL_TYPES]
+        runs = await _count_final(client, finals) if finals else 0
+        stored = await _count_events(client, [e["id"] for e in events]) if self.persisting \
+            else len(events)
+        batch.missing = (len(finals) - runs, len(events) - stored)
+        return batch.missing == (0, 0)
+
+    def _note_recorder(self, batches: list[Batch], runs: list[bool], stored: list[bool]) -> None:
+        taken = sum(b.count for b, r in zip(batches, runs, strict=True) if r)
+        if taken:
+            self._recorded_events += taken
+            self._recorded_at = self._recorded_at or time.monotonic()
+        self._stored_any = self._stored_any or any(stored)
+
+    def persister_silent(self, after: int, grace: float) -> bool:
+        """Whether the event persister looks switched off (see `refresh`); once it does,
+        batches count as recorded by their task runs alone."""
+        if (self.persisting and not self._stored_any and self._recorded_events >= after
+                and time.monotonic() - self._recorded_at >= grace):
+            self.persisting = False
+        return not self.persisting
+
+
+def _overtaken(batch: Batch, now_overtaken: bool) -> bool:
+    """Whether ``batch``, incomplete, has been overtaken (its mark or a later batch found)
+    for `LOST_AFTER` seconds."""
+    if not now_overtaken:
+        batch.overtaken_at = 0.0
+        return False
+    batch.overtaken_at = batch.overtaken_at or time.monotonic()
+    return time.monotonic() - batch.overtaken_at >= LOST_AFTER
+
+
+def _before_found(found: list[bool], i: int) -> bool:
+    """Whether a batch posted after the ``i``-th was found by that consumer."""
+    return not found[i] and any(found[i + 1:])
+
+
+async def _recorded_marks(client: Any, batches: list[Batch]) -> list[bool]:
+    """Per batch: does the server hold its mark's task run (in the mark's state, if final)?"""
+    ids = sorted({b.mark[1] for b in batches})
+    runs = await internal.filter_task_runs(
+        client, {"task_runs": {"id": {"any_": ids}}, "limit": len(ids)})
+    states = {run["id"]: run.get("state_id") for run in runs}
+    return [b.mark[1] in states and (not b.final or states[b.mark[1]] == b.mark[0])
+            for b in batches]
+
+
+async def _count_final(client: Any, ids: list[str]) -> int:
+    """How many of these task runs the server holds in a final state."""
+    return await internal.count_task_runs(client, {
+        "task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}})
+
+
+async def _count_events(client: Any, ids: list[str]) -> int:
+    """How many of these events the server has stored."""
+    body = {"filter": {"id": {"id": ids}, "occurred": _ALL_TIME}, "limit": 1}
+    return int((await internal.filter_events(client, body))["total"])
+
+
+async def _stored_marks(client: Any, batches: list[Batch]) -> list[bool]:
+    """Per batch: has the event persister stored its mark's event?"""
+    body = {"filter": {"id": {"id": [b.mark[0] for b in batches]}, "occurred": _ALL_TIME},
+            "limit": len(batches)}
+    found = {event["id"] for event in (await internal.filter_events(client, body))["events"]}
+    return [b.mark[0] in found for b in batches]
+
+
+async def count_task_runs_by_id(client: Any, ids: list[str]) -> int:
+    """How many of these task runs the server has: a look-up by primary key."""
+    return await internal.count_task_runs(client, {"task_runs": {"id": {"any_": ids}}})

@@ -1,0 +1,43 @@
+"""Every use of Prefect's private interfaces, in one place.
+
+Prefect's public client has no bulk way to record task runs or to ask which of a set of
+ids the server holds, so these go through its HTTP client (``client._client``) to
+endpoints of the REST API: ``POST /events`` (the event format of `events`, also
+internal), ``POST /logs/``, and the filter and count endpoints. The contract test
+(tests/test_recording.py) runs the same calls through Prefect's own task engine and
+compares what the API returns; the Prefect range in pyproject.toml is what it passed on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def _post(client: Any, path: str, **kwargs: Any) -> Any:
+    response = await client._client.post(path, **kwargs)
+    response.raise_for_status()
+    return response
+
+
+async def post_events(client: Any, body: bytes) -> None:
+    """Send a JSON array of events (already serialised) for the server to record."""
+    await _post(client, "/events", content=body, headers={"content-type": "application/json"})
+
+
+async def post_logs(client: Any, logs: list[dict[str, Any]]) -> None:
+    await _post(client, "/logs/", json=logs)
+
+
+async def count_task_runs(client: Any, body: dict[str, Any]) -> int:
+    """``POST /task_runs/count`` with a filter body."""
+    return int((await _post(client, "/task_runs/count", json=body)).json())
+
+
+async def filter_task_runs(client: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``POST /task_runs/filter``: the task runs as JSON (no model parsing: faster)."""
+    return list((await _post(client, "/task_runs/filter", json=body)).json())
+
+
+async def filter_events(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /events/filter``: one page of events and the total."""
+    return dict((await _post(client, "/events/filter", json=body)).json())

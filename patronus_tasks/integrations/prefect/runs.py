@@ -1,0 +1,154 @@
+"""Prefect orchestration: an experiment as a flow run, each step call as a task run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from prefect import flow
+from prefect import tags as prefect_tags
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+
+from patronus_tasks.integrations.prefect import internal
+from patronus_tasks.integrations.prefect import steplogs as _steplogs
+from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
+from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, State, now
+from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
+from patronus_tasks.run.runner import Invocation, LocalStepRunner
+
+T = TypeVar("T")
+logger = logging.getLogger("patronus_tasks")
+FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+
+
+def call_state(inv: Invocation) -> State:
+    """The final state of a call's task run, from what came of it."""
+    if inv.error is None:
+        return State("COMPLETED", "Completed")
+    timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
+    return State("FAILED", "TimedOut" if timed_out else "Failed",
+                 f"{inv.error.type}: {inv.error.message}")
+
+
+class RecordingStepRunner(LocalStepRunner):
+    """Runs calls in plain asyncio (retries and timeouts as `LocalStepRunner`) and records
+    each as its own Prefect task run through a `TaskRunRecorder`: named ``<step>-<sid>``,
+    waiting on its row's task (the flow-run graph shows each row's task feeding its
+    evaluators), Running in the UI once it runs `RUNNING_AFTER` seconds, its log records
+    attached to it."""
+
+    def __init__(self, recorder: TaskRunRecorder) -> None:
+        self.recorder = recorder
+
+    async def run(self, inv: Invocation, upstream: Any) -> None:
+        step = inv.step
+        call = Call(str(uuid.uuid4()), inv.run_name, f"{step.kind}-{step.name}", upstream, now(),
+                    step.retries, step.retry_delay_seconds)
+        shown = asyncio.get_running_loop().call_later(
+            RUNNING_AFTER, lambda: self.recorder.running(call, max(inv.attempts, 1)))
+        token = _steplogs.CURRENT.set((self.recorder, call.task_run_id))
+        try:
+            await super().run(inv, upstream)
+        finally:
+            shown.cancel()
+            _steplogs.CURRENT.reset(token)
+        self.recorder.finished(call, call_state(inv), max(inv.attempts, 1), now())
+        inv.handle = call.task_run_id
+        await self.recorder.backpressure()
+
+
+def experiment_flow_run_name() -> str:
+    """A flow run name saying which experiment and when: ``<experiment or project> @ <time>``.
+
+    For flows whose parameters include ``experiment_name`` and/or ``project``:
+    ``@flow(flow_run_name=experiment_flow_run_name)``.
+    """
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters or {}
+    name = params.get("experiment_name") or params.get("project") or flow_run.flow_name
+    when = flow_run.scheduled_start_time
+    return f"{name} @ {when:%Y-%m-%d %H:%M:%S}" if when else str(name)
+
+
+def current_flow_run_id() -> str | None:
+    """The id of the flow run this code runs in, if any."""
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx and ctx.flow_run else None
+
+
+async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_name: str,
+                      tags: list[str], task_runner: Any = None) -> T:
+    """Run ``body`` as one Prefect flow run (a subflow when called inside a flow)."""
+    options: dict[str, Any] = {"task_runner": task_runner} if task_runner is not None else {}
+    experiment_flow = flow(
+        name=flow_name, flow_run_name=lambda: run_name, persist_result=False,
+        validate_parameters=False, **options,
+    )(body)
+    with prefect_tags(*tags):
+        return await experiment_flow()
+
+
+async def mark_cancelled(flow_run_id: str, why: str) -> None:
+    """Force a flow run into Cancelled: it was interrupted, and can be resumed."""
+    from prefect.states import Cancelled
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(message=f"interrupted: {why}"),
+                                        force=True)
+
+
+async def count_task_runs(flow_run_id: str, client: Any = None) -> int:
+    """How many task runs of this flow run the server has recorded in a final state."""
+    body = {
+        "flow_runs": {"id": {"any_": [flow_run_id]}},
+        "task_runs": {"state": {"type": {"any_": FINAL_STATES}}},
+    }
+    if client is None:
+        async with get_client() as client:
+            return await count_task_runs(flow_run_id, client)
+    return await internal.count_task_runs(client, body)
+
+
+async def _timed_count(flow_run_id: str, client: Any) -> tuple[int, float]:
+    start = time.monotonic()
+    return await count_task_runs(flow_run_id, client), time.monotonic() - start
+
+
+async def _until_exist(client: Any, task_run_ids: list[str], deadline: float) -> None:
+    """Wait until these task runs exist, or ``deadline``: looked up by id, cheap to ask
+    often whatever the flow run's size (counting it is not, see below)."""
+    while task_run_ids and time.monotonic() < deadline:
+        if await count_task_runs_by_id(client, task_run_ids) >= len(task_run_ids):
+            return
+        await asyncio.sleep(0.25)
+
+
+async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0,
+                              last: Sequence[str] = ()) -> int:
+    """Wait until the server has recorded ``expected`` task runs, or ``timeout`` passes.
+
+    The server records task runs from events a few seconds after they happen; returning
+    (and so perhaps stopping the built-in server) before that would lose them. ``last``:
+    each recorder's `TaskRunRecorder.last_task_run_id`; waiting for those first spares
+    counting the flow run over and over.
+    """
+    deadline = time.monotonic() + timeout
+    async with get_client() as client:  # one client: each new one loads the CA bundle again
+        await _until_exist(client, list(last), deadline)
+        seen, took = await _timed_count(flow_run_id, client)
+        while seen < expected and time.monotonic() < deadline:
+            # The count grows with the flow run (0.1 s at 100,000 task runs on a busy
+            # server): asked back to back, it would slow the recording it waits for.
+            await asyncio.sleep(max(0.5, 10 * took))
+            seen, took = await _timed_count(flow_run_id, client)
+    if seen < expected:
+        logger.warning("Prefect has recorded %d of this experiment's %d task runs after %.0f s; "
+                       "the rest may still come, or be lost (see the server's log)",
+                       seen, expected, timeout)
+    return seen

@@ -1,0 +1,83 @@
+"""Puts `_local_server.LocalServer` in Prefect's place when Prefect loads its server module.
+
+Prefect imports ``prefect.server.api.server`` only when it is about to start its built-in
+server (~3 s of imports: the whole server application). Importing it here to replace the
+server would make every ``import patronus_tasks`` pay that; instead a finder waits for
+Prefect to import it, and installs `LocalServer` right after.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+SERVER_MODULE = "prefect.server.api.server"
+
+
+class _InstallAfter(importlib.abc.Loader):
+    """Prefect's loader of its server module, then `LocalServer` installed."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _install()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != SERVER_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _InstallAfter(spec.loader)
+        return spec
+
+
+def _install() -> None:
+    module = sys.modules.get(f"{__package__}.local_server")
+    if module is not None and not hasattr(module, "install"):
+        return  # `local_server` is importing Prefect's server module: it installs itself
+    from patronus_tasks.integrations.prefect import local_server as _local_server
+
+    _local_server.install()
+
+
+def install() -> None:
+    """Install `LocalServer` now if Prefect's server module is loaded, else when it is."""
+    if SERVER_MODULE in sys.modules:
+        _install()
+    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+def built_in() -> Any:
+    """This process's built-in server (a `LocalServer`), if it runs one."""
+    if SERVER_MODULE not in sys.modules:
+        return None
+    from patronus_tasks.integrations.prefect import local_server as _local_server
+
+    return _local_server.built_in()
+
+
+def hint(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Once per process, when an experiment runs on the built-in server: say what it costs
+    and how to keep a server instead."""
+    server = built_in()
+    if server is None or server.hinted:
+        return
+    server.hinted = True
+    log.info("This runs on Prefect's built-in server, started for this process in %.1f s and "
+             "stopped with it. To skip that start and keep every run in a UI: "
+             "`patronus-tasks server up`, then `export PREFECT_API_URL=http://127.0.0.1:4200/api`; "
+             "the UI is then at http://127.0.0.1:4200", server.started_in)

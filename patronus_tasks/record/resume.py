@@ -1,0 +1,144 @@
+"""Resuming an experiment: reuse what a previous run of it completed, run the rest.
+
+A previous run leaves records in ``results.parquet`` (finished), or in parts and
+journals (interrupted), or in ``previous.parquet`` plus newer parts (a resume that was
+itself interrupted). `consolidate` merges them into ``previous.parquet``, newer records
+winning per sample, so the new run can write a fresh set of parts beside it.
+
+Rows whose records hold no error are reused whole, without any call. Rows with an error
+run again, but every step that completed in them (a task's output, an evaluator's
+verdict) is replayed from its record rather than requested again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED
+
+PREVIOUS_FILE = _parquet.PREVIOUS_FILE
+TASK = "\x00task"  # the task's key among a link's steps (no evaluator can have this name)
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def _task_result(record: dict[str, Any]) -> TaskResult | None:
+    if record["status"] == STATUS_SKIPPED and record.get("evaluator_name") is None:
+        return None
+    return TaskResult(evaluated_model_output=record.get("task_output"),
+                      metadata=_loads(record.get("task_metadata")),
+                      tags=_loads(record.get("task_tags")))
+
+
+def _evaluation(record: dict[str, Any]) -> EvaluationResult | None:
+    if record["status"] == STATUS_SKIPPED:
+        return None
+    seconds = record.get("evaluation_duration_s")
+    return EvaluationResult(
+        pass_=record.get("pass"), score_raw=record.get("score"),
+        text_output=record.get("text_output"), explanation=record.get("explanation"),
+        metadata=_loads(record.get("evaluation_metadata")),
+        tags=_loads(record.get("evaluation_tags")),
+        evaluation_duration=seconds)
+
+
+@dataclass
+class Replayed:
+    """A step's outcome taken from a previous run's record."""
+
+    value: Any
+    attempts: int
+    duration: float | None
+
+
+@dataclass
+class Replay:
+    """What a previous run completed, by sample id."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    retry_errors_only: bool = False
+
+    def complete(self, sid: str) -> bool:
+        """Reuse this row whole: it ran before and nothing in it failed."""
+        records = self.rows.get(sid)
+        return records is not None and all(r["status"] != STATUS_ERROR for r in records)
+
+    def wanted(self, sid: str) -> bool:
+        """Run this row (again): missing rows only when not just retrying errors."""
+        if self.complete(sid):
+            return False
+        return sid in self.rows or not self.retry_errors_only
+
+    def steps(self, sid: str) -> dict[tuple[int, str], Replayed]:
+        """The completed steps of a row that will run again, keyed (link, step)."""
+        found: dict[tuple[int, str], Replayed] = {}
+        for r in self.rows.get(sid, []):
+            task_ok = r.get("task_name") is not None and r.get("error_stage") != "task"
+            if task_ok and (r["status"] != STATUS_ERROR or r.get("error_stage") == "evaluator"):
+                found[(r["link_index"], TASK)] = Replayed(
+                    _task_result(r), r.get("task_attempts") or 1, r.get("task_duration_s"))
+            if r.get("evaluator_name") is not None and r["status"] in (STATUS_OK, STATUS_SKIPPED):
+                found[(r["link_index"], r["evaluator_name"])] = Replayed(
+                    _evaluation(r), r.get("evaluation_attempts") or 1,
+                    r.get("evaluation_duration_s"))
+        return found
+
+    def reused_records(self) -> Iterator[list[dict[str, Any]]]:
+        for sid, records in self.rows.items():
+            if self.complete(sid):
+                yield records
+
+
+def _by_sid(table: pa.Table | None) -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if table is not None:
+        for record in table.to_pylist():
+            rows[record["sid"]].append(record)
+    return dict(rows)
+
+
+def consolidate(out_dir: Path) -> pa.Table | None:
+    """Merge everything earlier runs left into ``previous.parquet``; return it."""
+    older_path = out_dir / _parquet.RESULTS_FILE
+    if not older_path.exists():
+        older_path = out_dir / PREVIOUS_FILE
+    older = pq.read_table(older_path) if older_path.exists() else None
+    newer_parts = _parquet.unfinished_tables(out_dir)
+    newer = pa.concat_tables(newer_parts, promote_options="permissive") if newer_parts else None
+    if newer is not None and older is not None:
+        keep = pc.invert(pc.is_in(older["sid"], value_set=pc.unique(newer["sid"])))
+        older = pa.concat_tables([older.filter(keep), newer.select(older.schema.names)],
+                                 promote_options="permissive")
+    merged = older if older is not None else newer
+    if merged is None:
+        return None
+    tmp = out_dir / (PREVIOUS_FILE + ".tmp")
+    pq.write_table(merged.replace_schema_metadata(None), tmp)
+    os.replace(tmp, out_dir / PREVIOUS_FILE)
+    (out_dir / _parquet.RESULTS_FILE).unlink(missing_ok=True)
+    _parquet.remove_parts(out_dir)
+    return merged
+
+
+def load_replay(out_dir: Path, retry_errors_only: bool) -> Replay:
+    """The previous run's records in ``out_dir``, ready to reuse."""
+    return Replay(_by_sid(consolidate(out_dir)), retry_errors_only)
+
+
+def finish(out_dir: Path) -> None:
+    """After the resumed run is final, the previous records are in it: drop them."""
+    (out_dir / PREVIOUS_FILE).unlink(missing_ok=True)

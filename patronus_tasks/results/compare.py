@@ -1,0 +1,175 @@
+"""Comparing two experiments row by row: pass rates, scores, significance, regressions.
+
+Rows are paired by sample id within each (chain link, evaluator). An errored evaluation
+counts as not passed and has no score. Pass/fail uses McNemar's exact test on the
+discordant pairs; scores use a paired bootstrap of the mean difference (seeded, so the
+same inputs always give the same figures).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
+
+_Z = {0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
+
+
+@dataclass(frozen=True)
+class EvaluatorComparison:
+    """One evaluator of one link in experiments A and B, over the samples both have."""
+
+    link_index: int
+    evaluator: str
+    paired: int
+    pass_rate_a: float | None = None
+    pass_rate_b: float | None = None
+    pass_diff: float | None = None
+    pass_diff_ci: tuple[float, float] | None = None
+    mcnemar_b: int = 0  # passed in A, not in B
+    mcnemar_c: int = 0  # passed in B, not in A
+    mcnemar_statistic: float | None = None
+    mcnemar_p: float | None = None
+    mean_a: float | None = None
+    mean_b: float | None = None
+    mean_diff: float | None = None
+    mean_diff_ci: tuple[float, float] | None = None
+    score_p: float | None = None
+    regressed: list[str] = field(default_factory=list)
+    improved: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Experiment B against baseline A."""
+
+    a: str
+    b: str
+    evaluators: list[EvaluatorComparison]
+    only_in_a: int
+    only_in_b: int
+
+    @property
+    def has_regressions(self) -> bool:
+        return any(e.regressed for e in self.evaluators)
+
+    def format(self, rows_shown: int = 10) -> str:
+        """A text report: per evaluator the figures, then regressed and improved samples."""
+        lines = [f"Comparing B={self.b} against A={self.a}"]
+        if self.only_in_a or self.only_in_b:
+            lines.append(f"Unpaired samples: {self.only_in_a} only in A, {self.only_in_b} only in B")
+        for e in self.evaluators:
+            lines.extend(_format_one(e, rows_shown))
+        return "\n".join(lines)
+
+
+def _f(value: float | None, pct: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if pct and value != 0 else (f"{value:.1%}" if pct else f"{value:.3f}")
+
+
+def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
+    lines = ["", f"{e.evaluator} [link {e.link_index}]  ({e.paired} paired samples)"]
+    if e.pass_rate_a is not None and e.pass_diff_ci is not None:
+        lo, hi = e.pass_diff_ci
+        lines.append(f"  pass rate  A {_f(e.pass_rate_a, True)}  B {_f(e.pass_rate_b, True)}  "
+                     f"diff {_f(e.pass_diff, True)} [{lo:+.1%}, {hi:+.1%}]  "
+                     f"McNemar b={e.mcnemar_b} c={e.mcnemar_c} chi2={_f(e.mcnemar_statistic)} "
+                     f"p={_f(e.mcnemar_p)}")
+    if e.mean_a is not None and e.mean_diff_ci is not None:
+        lo, hi = e.mean_diff_ci
+        lines.append(f"  mean score A {_f(e.mean_a)}  B {_f(e.mean_b)}  diff {e.mean_diff:+.3f} "
+                     f"[{lo:+.3f}, {hi:+.3f}]  paired bootstrap p={_f(e.score_p)}")
+    for label, sids in (("regressed", e.regressed), ("improved", e.improved)):
+        if sids:
+            more = f" (+{len(sids) - shown} more)" if len(sids) > shown else ""
+            lines.append(f"  {label} ({len(sids)}): {', '.join(sids[:shown])}{more}")
+    return lines
+
+
+def mcnemar(b: int, c: int) -> tuple[float, float]:
+    """McNemar's test: the continuity-corrected chi-square and the exact two-sided p."""
+    n = b + c
+    if n == 0:
+        return 0.0, 1.0
+    statistic = (abs(b - c) - 1) ** 2 / n
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+    return statistic, min(1.0, 2 * tail)
+
+
+def _paired_pass_ci(b: int, c: int, n: int, level: float) -> tuple[float, float]:
+    diff = (c - b) / n
+    se = math.sqrt(max(b + c - (c - b) ** 2 / n, 0.0)) / n
+    z = _Z.get(level, 1.96)
+    return diff - z * se, diff + z * se
+
+
+def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple[tuple[float, float], float]:
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(diffs), size=(n_boot, len(diffs)))
+    means = diffs[idx].mean(axis=1)
+    alpha = (1 - level) / 2
+    ci = (float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha)))
+    centred = means - diffs.mean()
+    p = float((np.abs(centred) >= abs(diffs.mean()) - 1e-12).mean())
+    return ci, p
+
+
+def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
+    evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])]
+    out = evals[["sid", "link_index", "evaluator_name", "status", "pass", "score"]].copy()
+    errored = out["status"] == STATUS_ERROR
+    out["passed"] = out["pass"].astype("boolean").fillna(False).where(~errored, False)
+    out["has_pass"] = out["pass"].notna() | errored
+    return out
+
+
+def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: int,
+                   seed: int) -> EvaluatorComparison:
+    g = g.sort_values("sid")
+    fields: dict[str, object] = {}
+    verdicts = g[g["has_pass_a"] & g["has_pass_b"]]
+    if len(verdicts):
+        pa_, pb_ = verdicts["passed_a"].astype(bool), verdicts["passed_b"].astype(bool)
+        b, c = int((pa_ & ~pb_).sum()), int((~pa_ & pb_).sum())
+        stat, p = mcnemar(b, c)
+        fields.update(pass_rate_a=float(pa_.mean()), pass_rate_b=float(pb_.mean()),
+                      pass_diff=float(pb_.mean() - pa_.mean()),
+                      pass_diff_ci=_paired_pass_ci(b, c, len(verdicts), level),
+                      mcnemar_b=b, mcnemar_c=c, mcnemar_statistic=stat, mcnemar_p=p)
+        regressed = verdicts.loc[(pa_ & ~pb_).to_numpy(), "sid"].tolist()
+        improved = verdicts.loc[(~pa_ & pb_).to_numpy(), "sid"].tolist()
+    scores = g.dropna(subset=["score_a", "score_b"])
+    if len(scores):
+        diffs = (scores["score_b"] - scores["score_a"]).to_numpy(dtype=float)
+        ci, p = _bootstrap(diffs, level, n_boot, seed)
+        fields.update(mean_a=float(scores["score_a"].mean()), mean_b=float(scores["score_b"].mean()),
+                      mean_diff=float(diffs.mean()), mean_diff_ci=ci, score_p=p)
+        if not len(verdicts):  # no pass/fail: a lower score is the regression
+            regressed = scores.loc[diffs < 0, "sid"].tolist()
+            improved = scores.loc[diffs > 0, "sid"].tolist()
+    if not len(verdicts) and not len(scores):
+        regressed, improved = [], []
+    return EvaluatorComparison(link_index=link, evaluator=name, paired=len(g), regressed=regressed,
+                               improved=improved, **fields)  # type: ignore[arg-type]
+
+
+def compare_experiments(a: Experiment, b: Experiment, *, level: float = 0.95,
+                        n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Compare experiment ``b`` with baseline ``a``, pairing rows by sample id."""
+    oa, ob = _outcomes(a.to_dataframe()), _outcomes(b.to_dataframe())
+    keys = ["sid", "link_index", "evaluator_name"]
+    merged = oa.merge(ob, on=keys, suffixes=("_a", "_b"))
+    groups = [
+        _compare_group(int(link), str(name), g, level, n_boot, seed)
+        for (link, name), g in merged.groupby(["link_index", "evaluator_name"], sort=True)
+    ]
+    sids_a, sids_b = set(oa["sid"]), set(ob["sid"])
+    return Comparison(a=a.name, b=b.name, evaluators=groups,
+                      only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a))

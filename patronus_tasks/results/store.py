@@ -1,0 +1,52 @@
+"""Finding experiments in a results directory, by path or by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.settings import default_results_dir
+
+
+def list_experiments(results_dir: str | Path | None = None) -> list[Experiment]:
+    """Every experiment under ``results_dir``, oldest first."""
+    root = Path(results_dir) if results_dir is not None else default_results_dir()
+    found = [Experiment(p.parent) for p in root.glob(f"*/*/{_parquet.MANIFEST_FILE}")]
+    return sorted(found, key=lambda e: (str(e.manifest.get("started_at", "")), str(e.path)))
+
+
+def _from_path(path: Path) -> Experiment | None:
+    if path.is_file() and path.suffix == ".parquet":
+        path = path.parent
+    if path.is_dir() and ((path / _parquet.MANIFEST_FILE).exists()
+                          or (path / _parquet.RESULTS_FILE).exists()):
+        return Experiment(path)
+    return None
+
+
+def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = None) -> Experiment:
+    """An experiment by folder, ``results.parquet`` path, ``project/experiment`` or name.
+
+    A name matches experiments by their ``experiment_name`` (the latest run wins, so
+    ``nightly`` is the last nightly run), then by folder name (``nightly-2``).
+    """
+    direct = _from_path(Path(path_or_name))
+    if direct is not None:
+        return direct
+    text = str(path_or_name)
+    runs = list_experiments(results_dir)
+    project, _, name = text.rpartition("/")
+    matches = [e for e in runs if name in (e.name, e.path.name)
+               and (not project or project in (e.project, e.path.parent.name))]
+    by_name = [e for e in matches if e.name == name]
+    chosen = by_name or matches
+    if not chosen:
+        root = Path(results_dir) if results_dir is not None else default_results_dir()
+        raise ConfigError(f"no experiment {text!r} under {root}; `patronus-tasks list` shows them.")
+    if len({e.project for e in chosen}) > 1:
+        raise ConfigError(f"{text!r} names experiments in several projects "
+                          f"({', '.join(sorted({e.project for e in chosen}))}); "
+                          "say which: PROJECT/EXPERIMENT.")
+    return chosen[-1]

@@ -1,0 +1,137 @@
+"""Summaries of an experiment's records: per (link, evaluator) statistics, as data and text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED
+
+_HIST_BINS = 5
+
+
+@dataclass(frozen=True)
+class EvaluatorStats:
+    """Statistics of one evaluator in one chain link.
+
+    ``pass_rate`` counts errors as not passed: passed / (verdicts + errors). It is None
+    when the evaluator gave no pass/fail verdicts; score statistics likewise for scores.
+    """
+
+    link_index: int
+    evaluator: str
+    count: int
+    passed: int
+    verdicts: int
+    errors: int
+    skipped: int
+    pass_rate: float | None
+    scores: dict[str, float] = field(default_factory=dict)
+    histogram: list[tuple[float, float, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """An experiment's per-evaluator statistics and error counts."""
+
+    evaluators: list[EvaluatorStats]
+    samples: int
+    task_errors: int
+    evaluator_errors: int
+    skipped_tasks: int
+    location: str | None = None
+
+    def format(self, title: str = "") -> str:
+        """The summary as plain text, one block per (link, evaluator) in chain order."""
+        lines = [title] if title else []
+        for stats in self.evaluators:
+            lines.extend(_format_stats(stats))
+        lines.append(
+            f"Samples: {self.samples}   Task errors: {self.task_errors}   "
+            f"Evaluator errors: {self.evaluator_errors}   Skipped tasks: {self.skipped_tasks}"
+        )
+        if self.location:
+            lines.append(f"Results: {self.location}")
+        return "\n".join(lines)
+
+
+def _histogram(scores: np.ndarray) -> list[tuple[float, float, int]]:
+    lo, hi = (0.0, 1.0) if scores.min() >= 0 and scores.max() <= 1 else (scores.min(), scores.max())
+    if hi == lo:
+        return [(float(lo), float(hi), len(scores))]
+    counts, edges = np.histogram(scores, bins=_HIST_BINS, range=(lo, hi))
+    return [(float(edges[i]), float(edges[i + 1]), int(c)) for i, c in enumerate(counts)]
+
+
+def _score_stats(scores: np.ndarray) -> dict[str, float]:
+    if len(scores) == 0:
+        return {}
+    q1, med, q3 = np.quantile(scores, [0.25, 0.5, 0.75])
+    return {"mean": float(scores.mean()), "min": float(scores.min()), "25%": float(q1),
+            "50%": float(med), "75%": float(q3), "max": float(scores.max())}
+
+
+def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStats:
+    status = group["status"]
+    ok = group[status == STATUS_OK]
+    verdicts = ok["pass"].dropna().astype(bool)
+    errors = int((status == STATUS_ERROR).sum())
+    scores = ok["score"].dropna().to_numpy(dtype=float)
+    denominator = len(verdicts) + errors
+    return EvaluatorStats(
+        link_index=link, evaluator=name, count=len(ok), passed=int(verdicts.sum()),
+        verdicts=len(verdicts), errors=errors, skipped=int((status == STATUS_SKIPPED).sum()),
+        pass_rate=(int(verdicts.sum()) / denominator) if len(verdicts) else None,
+        scores=_score_stats(scores),
+        histogram=_histogram(scores) if len(scores) else [],
+    )
+
+
+#: The record columns `summarize` reads.
+SUMMARY_COLUMNS = ("sid", "link_index", "task_name", "evaluator_name", "status", "error_stage",
+                   "pass", "score")
+
+
+def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
+              location: str | None = None) -> Summary:
+    """Summarise records; ``order`` lists (link, evaluator) pairs in chain order."""
+    evals = df[df["evaluator_name"].notna()]
+    groups = {key: g for key, g in evals.groupby(["link_index", "evaluator_name"], sort=True)}
+    keys = [k for k in order if k in groups] + sorted(set(groups) - set(order))
+    tasks = df[df["task_name"].notna()].drop_duplicates(["sid", "link_index"])
+    return Summary(
+        evaluators=[_evaluator_stats(int(k[0]), str(k[1]), groups[k]) for k in keys],
+        samples=int(df["sid"].nunique()),
+        task_errors=int((tasks["error_stage"] == "task").sum()),
+        evaluator_errors=int((evals["status"] == STATUS_ERROR).sum()),
+        skipped_tasks=int(((tasks["status"] == STATUS_SKIPPED) & tasks["evaluator_name"].isna()).sum()),
+        location=location,
+    )
+
+
+def _fmt(value: float | None, pct: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.1%}" if pct else f"{value:.3f}"
+
+
+def _format_stats(s: EvaluatorStats) -> list[str]:
+    head = f"{s.evaluator} [link {s.link_index}]"
+    lines = ["", head, "-" * len(head)]
+    lines.append(f"Count     : {s.count}")
+    lines.append(f"Pass rate : {_fmt(s.pass_rate, pct=True)}"
+                 + (f"  ({s.passed}/{s.verdicts + s.errors})" if s.pass_rate is not None else ""))
+    for key in ("mean", "min", "25%", "50%", "75%", "max"):
+        lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
+    lines.append(f"Errors    : {s.errors}   Skipped: {s.skipped}")
+    if s.histogram:
+        top = max(c for _, _, c in s.histogram) or 1
+        lines.append("Score range        Count  Histogram")
+        for lo, hi, count in s.histogram:
+            bar = "#" * round(20 * count / top)
+            lines.append(f"{lo:6.2f} - {hi:6.2f}  {count:6d}  {bar}")
+    return lines

@@ -1,0 +1,197 @@
+"""Running an experiment's rows: the run core (rows to Parquet, the manifest, the tally).
+
+Where the rows run (here, on Prefect, on Dask) is the caller's: this takes a step runner,
+or ``batches`` that run them elsewhere.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record import resume as _resume
+from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.results.gates import error_gate, failed_gates
+from patronus_tasks.results.summary import Summary
+from patronus_tasks.run import observers
+from patronus_tasks.run.runner import RowRunner, StepRunner, run_rows
+from patronus_tasks.run.spec import ExperimentSpec
+from patronus_tasks.run.threads import DaemonThreadPool
+
+if TYPE_CHECKING:
+    from patronus_tasks.results.experiment import Experiment
+
+class _Tally:
+    """Counts rows and records as they stream past, for the manifest and progress."""
+
+    def __init__(self) -> None:
+        self.rows = self.records = self.task_errors = self.evaluator_errors = 0
+        self.errored_rows = 0
+        self.pids: list[int] = []  # worker processes, when rows ran on Dask
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        self.rows += 1
+        self.records += len(records)
+        if any(r.get("status") == STATUS_ERROR for r in records):
+            self.errored_rows += 1
+        for r in records:
+            if r.get("status") == STATUS_ERROR:
+                if r.get("error_stage") == "evaluator":
+                    self.evaluator_errors += 1
+                else:
+                    self.task_errors += 1
+
+
+@functools.lru_cache(maxsize=1)
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.datetime,
+              flow_run_id: str | None) -> dict[str, Any]:
+    from patronus_tasks import __version__
+
+    ended = None if status == "running" else dt.datetime.now(dt.UTC).isoformat()
+    return {
+        "project": spec.project_name, "experiment_name": spec.experiment_name,
+        "experiment_id": spec.experiment_id, "status": status, "tags": spec.tags,
+        "flow_run_id": flow_run_id, "started_at": started.isoformat(), "ended_at": ended,
+        "rows": tally.rows, "records": tally.records, "task_errors": tally.task_errors,
+        "evaluator_errors": tally.evaluator_errors, "errored_rows": tally.errored_rows,
+        "worker_pids": tally.pids or None,
+        "dataset": {"source": spec.dataset.source, "rows": len(spec.dataset),
+                    "sha256": spec.dataset.content_hash()},
+        "links": [{"task": lk.task.name if lk.task else None,
+                   "evaluators": [{"name": e.name, "criteria": e.criteria} for e in lk.evaluators]}
+                  for lk in spec.links],
+        "package_version": __version__, "git_commit": _git_commit(),
+        "python": sys.version.split()[0],
+    }
+
+
+class ManifestFile:
+    """The experiment's ``manifest.json``, rewritten whole (atomically) on every change.
+
+    Written from the experiment's loop (its status) and from the background loop (how
+    many task runs Prefect holds, while it catches up): one lock for both.
+    """
+
+    #: One lock for every manifest of the process: the recorder of an earlier run in the
+    #: same folder (before a resume or a retry) may still be catching up.
+    _lock = threading.Lock()
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / _parquet.MANIFEST_FILE
+        self.data: dict[str, Any] | None = None
+
+    def write(self, data: dict[str, Any]) -> None:
+        with self._lock:
+            self.data = {**data, **({"prefect": self.data["prefect"]}
+                                    if self.data and "prefect" in self.data else {})}
+            self._save()
+
+    def note_records(self, recorder: Any) -> None:
+        """How many task runs Prefect holds (a `TaskRunRecorder`'s progress)."""
+        with self._lock:
+            if self.data is not None and self._still_ours():
+                self.data["prefect"] = {"task_runs": recorder.expected,
+                                        "task_runs_recorded": recorder.recorded,
+                                        "task_runs_lost": recorder.lost,
+                                        "complete": recorder.done and not recorder.lost}
+                self._save()
+
+    def _still_ours(self) -> bool:
+        """Whether the file is still this run's: a later run in the same folder (resume,
+        ``retry_errors``) owns it once it has written it."""
+        try:
+            on_disk = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return True
+        assert self.data is not None
+        return bool(on_disk.get("started_at") == self.data.get("started_at"))
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.path)
+
+
+async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,
+                  tally: _Tally | None = None,
+                  batches: Callable[[_Tally, _resume.Replay | None], Coroutine[Any, Any, int]]
+                  | None = None,
+                  manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], int]:
+    """Run every row, stream records to Parquet, write the manifest.
+
+    Returns the manifest and the number of step calls made. This is the whole
+    experiment minus orchestration: the Prefect flow is a thin wrapper around it.
+    ``batches`` runs the rows elsewhere instead (Dask workers writing their own parts).
+    """
+    started = dt.datetime.now(dt.UTC)
+    replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
+              else None)
+    sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df)
+    tally = tally or _Tally()
+    manifest_file = manifest_file or ManifestFile(spec.out_dir)
+    manifest_file.write(_manifest(spec, tally, "running", started, flow_run_id))
+
+    def on_records(records: list[dict[str, Any]]) -> None:
+        tally.add(records)
+        sink.add(records)
+        if spec.on_progress is not None:
+            spec.on_progress(tally.rows, len(spec.dataset))
+        for observer in observers.current():
+            if observer.on_row is not None:
+                observer.on_row(spec, tally.rows)
+
+    rows = spec.dataset.samples()
+    if replay is not None:
+        for records in replay.reused_records():  # completed before: no call at all
+            on_records(records)
+        rows = (row for row in rows if replay.wanted(row.sid))
+    pool = DaemonThreadPool(spec.max_concurrency)
+    row_runner = RowRunner(spec.links, runner, tags=spec.tags, limit=spec.max_concurrency,
+                           pool=pool, replay=replay)
+    try:
+        if batches is not None:
+            row_runner.calls = await batches(tally, replay)
+        else:
+            await run_rows(rows, row_runner, spec.max_concurrency, on_records)
+    except BaseException:
+        # Interrupted: keep every completed row as a part, and say so.
+        sink.flush()
+        manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
+        raise
+    finally:
+        pool.shutdown(wait=False)  # a call stuck in user code must not hold the process
+    manifest = _manifest(spec, tally, "completed", started, flow_run_id)
+    sink.finalize(manifest)
+    _resume.finish(spec.out_dir)
+    manifest_file.write(manifest)
+    return manifest, row_runner.calls
+
+
+def gate_failures(spec: ExperimentSpec, experiment: Experiment,
+                  summary: Summary | None = None) -> list[str]:
+    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``) say is wrong.
+
+    ``summary``: the experiment's, when already computed (saves reading the results again).
+    """
+    m = experiment.manifest
+    failures = error_gate(int(m.get("errored_rows", 0)), int(m.get("rows", 0)), spec.fail_on_error)
+    if spec.min_pass_rates:
+        failures += failed_gates(summary or experiment.summary(), spec.min_pass_rates)
+    return failures

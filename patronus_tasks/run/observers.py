@@ -1,0 +1,40 @@
+"""Who watches experiments run: a progress callback per run, or observers for a block.
+
+A caller running one experiment passes ``on_progress`` (an option). A caller that runs
+code which runs experiments it does not call itself (the command line running a user's
+flow) observes them for the span of that code with `observing`: scoped to its context,
+never set process-wide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Observers:
+    """``on_row(spec, rows_done)`` after each row; ``on_finished(experiment)`` at the end."""
+
+    on_row: Callable[[Any, int], None] | None = None
+    on_finished: Callable[[Any], None] | None = None
+
+
+_CURRENT: ContextVar[tuple[Observers, ...]] = ContextVar("patronus_tasks_observers", default=())
+
+
+@contextmanager
+def observing(observers: Observers) -> Iterator[None]:
+    """Let ``observers`` see every experiment run in this context while the block runs."""
+    token = _CURRENT.set((*_CURRENT.get(), observers))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> tuple[Observers, ...]:
+    return _CURRENT.get()

@@ -1,0 +1,74 @@
+"""An experiment's options, declared once.
+
+`run_experiment`, `arun_experiment`, `Client.experiment` and `make_spec` all take them as
+``**options: Unpack[...]``: the types live in the TypedDicts here, the defaults in
+`DEFAULTS`, and an unknown name is a `ConfigError` listing the known ones (a typo must
+not be silently ignored by a ``**kwargs``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypedDict
+
+from patronus_tasks.define.steps import Evaluator, Task
+from patronus_tasks.exceptions import ConfigError
+
+#: Where rows run: in this process recorded on Prefect, in this process with no Prefect,
+#: in batches on Dask; or any Prefect ``TaskRunner`` instance.
+Backend = Any  # "prefect" | "local" | "dask" | a Prefect TaskRunner
+
+
+class ExperimentOptions(TypedDict, total=False):
+    """What to run and how (everything but the project and the data)."""
+
+    task: Task | None
+    evaluators: Sequence[Evaluator] | Evaluator | None
+    chain: Sequence[Mapping[str, Any]] | None
+    tags: Mapping[str, str] | None
+    experiment_name: str | None
+    max_concurrency: int
+    results_dir: str | Path | None
+    backend: Backend
+    resume: bool
+    retry_errors: bool
+    experiment_id: str | None
+    fail_on_error: int | float | None
+    min_pass_rates: Mapping[str, float] | None
+    dask_address: str | None
+    on_progress: Callable[[int, int], None] | None  # called with (rows done, rows in all)
+
+
+class RunOptions(ExperimentOptions, total=False):
+    """`ExperimentOptions` and what a caller wants back."""
+
+    print_summary: bool
+
+
+DEFAULTS: dict[str, Any] = {
+    "task": None, "evaluators": None, "chain": None, "tags": None, "experiment_name": None,
+    "max_concurrency": 10, "results_dir": None, "backend": "prefect", "resume": False,
+    "retry_errors": False, "experiment_id": None, "fail_on_error": None,
+    "min_pass_rates": None, "dask_address": None, "on_progress": None,
+}
+RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True}
+
+
+def resolved(options: Mapping[str, Any], defaults: Mapping[str, Any] = DEFAULTS) -> dict[str, Any]:
+    """``options`` over ``defaults``; an unknown name is a `ConfigError` naming the fix."""
+    for name in options:
+        if name not in defaults:
+            near = difflib.get_close_matches(name, list(defaults), n=1)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"unknown experiment option {name!r}.{hint} Known options: "
+                              f"{', '.join(sorted(defaults))}.")
+    return {**defaults, **options}
+
+
+def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The experiment's options and ``print_summary``, checked."""
+    full = resolved(options, RUN_DEFAULTS)
+    print_summary = bool(full.pop("print_summary"))
+    return {k: v for k, v in full.items() if k in options}, print_summary

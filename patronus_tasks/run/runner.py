@@ -1,0 +1,273 @@
+"""Running rows through a chain: the business logic, free of any orchestrator.
+
+`RowRunner` walks one row through the chain's links and returns its records.
+Each call of user code is an `Invocation`, executed by a `StepRunner`: the seam
+between this logic and how calls are orchestrated. `LocalStepRunner` runs them in
+plain asyncio (retries and timeouts done here); the Prefect runner in `_prefect.py`
+runs each as a Prefect task run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Executor
+from typing import Any, Protocol
+
+from patronus_tasks.define.chain import Link, Parent
+from patronus_tasks.define.params import ROW_FIELDS, build_kwargs
+from patronus_tasks.define.row import Sample
+from patronus_tasks.define.step_results import (
+    EvaluationResult,
+    TaskResult,
+    to_evaluation_result,
+    to_task_result,
+)
+from patronus_tasks.define.steps import Evaluator, Step, Task
+from patronus_tasks.exceptions import DatasetError
+from patronus_tasks.record.records import (
+    STATUS_OK,
+    STATUS_SKIPPED,
+    ErrorInfo,
+    error_fields,
+    evaluation_fields,
+    row_values,
+    task_fields,
+)
+from patronus_tasks.record.resume import TASK, Replay, Replayed
+
+
+class Invocation:
+    """One call of a step (task or evaluator) for one row, and what came of it."""
+
+    __slots__ = (
+        "attempts",
+        "duration",
+        "error",
+        "handle",
+        "kwargs",
+        "pool",
+        "run_name",
+        "step",
+        "value",
+    )
+
+    def __init__(self, step: Step, kwargs: dict[str, Any], run_name: str,
+                 pool: Executor | None) -> None:
+        self.step, self.kwargs, self.run_name, self.pool = step, kwargs, run_name, pool
+        self.value: Any = None
+        self.error: ErrorInfo | None = None
+        self.attempts = 0
+        self.duration = 0.0
+        self.handle: Any = None  # the orchestrator's record of the call, for downstream links
+
+    async def attempt(self) -> None:
+        """Call the step once; store the converted result, or the error and re-raise it."""
+        self.attempts += 1
+        start = time.perf_counter()
+        try:
+            raw = await self._call()
+            self.value = self._convert(raw)
+            self.error = None
+        except Exception as exc:
+            self.error = ErrorInfo.from_exception(exc)
+            raise
+        finally:
+            self.duration += time.perf_counter() - start
+
+    def _call(self) -> Awaitable[Any]:
+        fn = self.step.fn
+        if self.step.is_async:
+            return fn(**self.kwargs)  # type: ignore[no-any-return,unused-ignore]
+        policy = self.step.inline_policy
+        if policy.inline:  # cheap sync code: a thread hand-off would cost more than the call
+            return _settled(policy.call, fn, self.kwargs)
+        # Sync user code runs in a thread so one slow call never blocks the others;
+        # the copied context keeps Prefect's run context (and its logger) visible.
+        call = functools.partial(contextvars.copy_context().run, policy.call, fn, self.kwargs)
+        return asyncio.get_running_loop().run_in_executor(self.pool, call)
+
+    def _convert(self, raw: Any) -> Any:
+        if isinstance(self.step, Task):
+            return to_task_result(raw)
+        return to_evaluation_result(raw)
+
+    def record_timeout(self, seconds: float | None) -> None:
+        self.error = ErrorInfo(
+            "TimeoutError", f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
+        )
+
+
+def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``call(*args)`` run now, as an awaitable holding its result or exception."""
+    future = asyncio.get_running_loop().create_future()
+    try:
+        future.set_result(call(*args))
+    except Exception as exc:
+        future.set_exception(exc)
+    return future
+
+
+class StepRunner(Protocol):
+    """Executes invocations; ``upstream`` is the handle of the call this one depends on."""
+
+    async def run(self, inv: Invocation, upstream: Any) -> None: ...
+
+
+class LocalStepRunner:
+    """Runs invocations in plain asyncio, with the step's retries and timeout."""
+
+    async def run(self, inv: Invocation, upstream: Any) -> None:
+        step = inv.step
+        for attempt in range(step.retries + 1):
+            try:
+                await asyncio.wait_for(inv.attempt(), step.timeout_seconds)
+                return
+            except TimeoutError:
+                inv.record_timeout(step.timeout_seconds)
+            except Exception:
+                pass  # recorded on the invocation by attempt()
+            if attempt < step.retries:
+                await asyncio.sleep(step.retry_delay_seconds)
+
+
+def _missing_field_error(step: Step, available: Mapping[str, Any], row: Sample
+                         ) -> ErrorInfo | None:
+    missing = sorted(n for n in step.signature.required if n in ROW_FIELDS and available[n] is None)
+    if not missing:
+        return None
+    exc = DatasetError(
+        f"row sid={row.sid}: field {missing[0]!r} is empty, but {step.kind} {step.name!r} "
+        f"requires it. Fill it in the dataset, or give the parameter a default "
+        f"(`{missing[0]}: str | None = None`) to accept empty values."
+    )
+    return ErrorInfo(type(exc).__name__, str(exc))
+
+
+def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
+               task_result: TaskResult | None) -> dict[str, Any]:
+    values: dict[str, Any] = {name: row.values.get(name) for name in ROW_FIELDS}
+    if task_result is not None:
+        # Evaluators judge what the task produced, not what the dataset held.
+        values["evaluated_model_output"] = task_result.evaluated_model_output
+        if task_result.evaluated_model_system_prompt is not None:
+            values["evaluated_model_system_prompt"] = task_result.evaluated_model_system_prompt
+    values.update(parent=parent, tags=dict(tags), task_result=task_result)
+    return values  # no "row": built only for the steps asking for it
+
+
+class RowRunner:
+    """Walks rows through the chain's links, calling steps through a `StepRunner`."""
+
+    def __init__(self, links: Iterable[Link], runner: StepRunner, *, tags: Mapping[str, str],
+                 limit: int, pool: Executor | None, replay: Replay | None = None) -> None:
+        self.replay = replay
+        self.links = tuple(links)
+        self.runner = runner
+        self.tags = dict(tags)
+        self.pool = pool
+        self._slots = asyncio.Semaphore(limit)
+        self.calls = 0  # invocations handed to the step runner
+
+    async def _call(self, step: Step, idx: int, row: Sample, available: dict[str, Any],
+                    upstream: Any, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
+        kwargs = build_kwargs(step.signature, available)
+        if "row" in kwargs:
+            kwargs["row"] = row.row
+        inv = Invocation(step, kwargs, f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""),
+                         self.pool)
+        done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
+        if done is not None:  # completed in an earlier run: never asked again
+            inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
+            return inv
+        inv.error = _missing_field_error(step, available, row)
+        if inv.error is None:
+            async with self._slots:
+                self.calls += 1
+                await self.runner.run(inv, upstream)
+        return inv
+
+    async def run(self, row: Sample) -> list[dict[str, Any]]:
+        """Run one row through every link; return its records."""
+        base = {"sid": row.sid, **row_values(row)}
+        records: list[dict[str, Any]] = []
+        parent: Parent | None = None
+        replayed = self.replay.steps(row.sid) if self.replay is not None else {}
+        for idx, link in enumerate(self.links):
+            parent, stop = await self._run_link(idx, link, row, parent, base, records, replayed)
+            if stop:
+                break
+        return records
+
+    async def _run_link(self, idx: int, link: Link, row: Sample, parent: Parent | None,
+                        base: dict[str, Any], records: list[dict[str, Any]],
+                        replayed: dict[tuple[int, str], Replayed]) -> tuple[Parent | None, bool]:
+        head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
+        result: TaskResult | None = None
+        upstream = None
+        if link.task is not None:
+            inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None),
+                                   None, replayed)
+            head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
+                                    inv.attempts or None))
+            if inv.error is not None or inv.value is None:
+                records.append(_task_only(head, inv))
+                return parent, True  # a failed or skipped task ends this row's chain
+            if not link.evaluators:
+                records.append(_task_only(head, inv))
+                return Parent(task=inv.value, parent=parent), False
+            result, upstream = inv.value, inv.handle
+        available = _available(row, parent, self.tags, result)
+        invs = await asyncio.gather(
+            *(self._call(ev, idx, row, available, upstream, replayed) for ev in link.evaluators)
+        )
+        records.extend(_evaluation_record(head, inv) for inv in invs)
+        evals: dict[str, EvaluationResult | None] = {i.step.name: i.value for i in invs}
+        return Parent(task=result, evals=evals, parent=parent), False
+
+
+def _task_only(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
+    status = STATUS_SKIPPED if inv.value is None else STATUS_OK
+    return {**head, "status": status, **error_fields(inv.error, "task")}
+
+
+def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
+    ev = inv.step
+    assert isinstance(ev, Evaluator)
+    status = STATUS_SKIPPED if inv.value is None else STATUS_OK
+    return {
+        **head,
+        "evaluator_name": ev.name,
+        "criteria": ev.criteria,
+        "status": status,
+        "evaluation_attempts": inv.attempts or None,
+        **evaluation_fields(inv.value, inv.duration if inv.attempts else None),
+        **error_fields(inv.error, "evaluator"),
+    }
+
+
+async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
+                   on_records: Callable[[list[dict[str, Any]]], None]) -> int:
+    """Run every row with at most ``workers`` rows in flight; hand each row's records on.
+
+    Rows are pulled lazily, so memory holds only the rows in flight.
+    """
+    iterator = iter(rows)
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        for row in iterator:
+            try:
+                records = await row_runner.run(row)
+            except Exception as exc:  # a bug of ours must cost one row, not the experiment
+                records = [{"sid": row.sid, "link_index": 0, **error_fields(
+                    ErrorInfo.from_exception(exc), "internal")}]
+            on_records(records)
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return done

@@ -1,0 +1,208 @@
+"""Setting an experiment up: every argument checked before any call is made."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from typing_extensions import Unpack
+
+from patronus_tasks.define.chain import Link, build_chain
+from patronus_tasks.define.dataset import DataInput, Dataset, load_dataset
+from patronus_tasks.define.params import ROW_FIELDS
+from patronus_tasks.define.steps import Evaluator, Task
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.results.gates import check_fail_on_error
+from patronus_tasks.run.options import Backend, ExperimentOptions, resolved
+from patronus_tasks.settings import default_results_dir
+
+#: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
+#: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or any
+#: Prefect ``TaskRunner`` (batches through it).
+Replay = Literal["resume", "retry", None]
+BACKENDS = ("prefect", "local", "dask")
+
+
+@dataclass
+class ExperimentSpec:
+    """Everything needed to run one experiment, checked before any call is made."""
+
+    project_name: str
+    experiment_name: str
+    dataset: Dataset
+    links: tuple[Link, ...]
+    tags: dict[str, str]
+    max_concurrency: int
+    out_dir: Path
+    backend: str = "prefect"  # "prefect", "local" or "batches" (on `task_runner`)
+    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
+    fail_on_error: int | float | None = None
+    min_pass_rates: dict[str, float] = field(default_factory=dict)
+    task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
+    dask_address: str | None = None
+    on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
+
+    @property
+    def prefect_tags(self) -> list[str]:
+        return [f"project:{self.project_name}", f"experiment:{self.experiment_name}",
+                *(f"{k}:{v}" for k, v in self.tags.items())]
+
+    def steps(self) -> list[Task | Evaluator]:
+        """Every task and evaluator of the chain, each once."""
+        found: dict[int, Task | Evaluator] = {}
+        for link in self.links:
+            for step in ([link.task] if link.task else []) + list(link.evaluators):
+                found.setdefault(id(step), step)
+        return list(found.values())
+
+    def chain_order(self) -> list[tuple[int, str]]:
+        return [(i, ev.name) for i, link in enumerate(self.links) for ev in link.evaluators]
+
+
+def _check_columns(links: Sequence[Link], dataset: Dataset) -> None:
+    """Fail before any call when a step needs a column the dataset does not have."""
+    columns = set(dataset.columns)
+    for idx, link in enumerate(links):
+        for step in ([link.task] if link.task else []) + list(link.evaluators):
+            needed = sorted(n for n in step.signature.required if n in ROW_FIELDS)
+            if isinstance(step, Evaluator) and any(lk.task for lk in links[: idx + 1]):
+                needed = [n for n in needed if n != "evaluated_model_output"]
+            missing = [n for n in needed if n not in columns]
+            if missing:
+                raise ConfigError(
+                    f"{step.kind} {step.name!r} (chain link {idx}) needs column {missing[0]!r}, "
+                    f"which {dataset.source or 'the dataset'} lacks. Columns: "
+                    f"{', '.join(sorted(columns))}. Add the column, map one onto it "
+                    f"({missing[0]}_field= in read_csv/read_jsonl), or give the parameter a default."
+                )
+
+
+def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    tags = dict(tags or {})
+    bad = [k for k, v in tags.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise ConfigError(f"tags must map str to str; fix the values of {bad} (use str()).")
+    return tags
+
+
+def _free_dir(results_dir: Path, project: str, name: str) -> Path:
+    """The experiment's folder; a finished run of the same name keeps its own."""
+    base = _parquet.experiment_dir(results_dir, project, name)
+    path, n = base, 1
+    while (path / _parquet.RESULTS_FILE).exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _runs_of(results_dir: Path, project: str, name: str) -> list[Path]:
+    """Folders of earlier runs of this experiment name: ``name``, ``name-2``, ..."""
+    base = _parquet.experiment_dir(results_dir, project, name)
+    found, n = [], 1
+    path = base
+    while (path / _parquet.MANIFEST_FILE).exists():
+        found.append(path)
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return found
+
+
+def _manifest_of(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / _parquet.MANIFEST_FILE).read_text()))
+
+
+def _to_resume(root: Path, project: str, name: str, experiment_id: str | None) -> Path | None:
+    runs = _runs_of(root, project, name)
+    if experiment_id is None:
+        return runs[-1] if runs else None
+    for path in runs:
+        if _manifest_of(path).get("experiment_id") == experiment_id:
+            return path
+    raise ConfigError(f"no experiment with id {experiment_id!r} named {name!r} in project "
+                      f"{project!r} under {root}; check the id (manifest.json) and the name.")
+
+
+def _resumed(spec: ExperimentSpec, path: Path, replay: Replay) -> ExperimentSpec:
+    manifest = _manifest_of(path)
+    previous = (manifest.get("dataset") or {}).get("sha256")
+    if previous and previous != spec.dataset.content_hash():
+        raise ConfigError(
+            f"the dataset changed since the run in {path} (content hash differs): resuming "
+            "would mix results of different data. Run it as a new experiment instead.")
+    spec.out_dir, spec.replay = path, replay
+    spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
+    return spec
+
+
+def _backend(backend: Backend, dask_address: str | None) -> tuple[str, Any]:
+    """``backend`` resolved once: its kind, and the task runner batches go through."""
+    if dask_address is not None and backend != "dask":
+        raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
+    if backend in ("prefect", "local"):
+        return backend, None
+    if backend == "dask" or _is_task_runner(backend):
+        _check_batches(backend)
+        return "batches", backend
+    raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Prefect "
+                      f"TaskRunner, not {backend!r}.")
+
+
+def _is_task_runner(value: Any) -> bool:
+    from prefect.task_runners import TaskRunner
+
+    return isinstance(value, TaskRunner)
+
+
+def _check_batches(backend: Any) -> None:
+    """Batches on other processes need prefect-dask (for "dask") and a server they reach."""
+    is_dask = backend == "dask" or type(backend).__module__.startswith("prefect_dask")
+    if backend == "dask":
+        try:
+            import prefect_dask  # noqa: F401
+        except ImportError:
+            raise ConfigError("backend='dask' needs prefect-dask: pip install "
+                              "'patronus-tasks[dask]'") from None
+    from prefect.settings import PREFECT_API_URL
+
+    if is_dask and not PREFECT_API_URL.value():
+        raise ConfigError(
+            "rows on Dask workers report to a Prefect server they can reach: set "
+            "PREFECT_API_URL (e.g. `patronus-tasks server up`); the built-in server is "
+            "private to this process.")
+
+
+def make_spec(project_name: str, *, data: DataInput,
+              **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
+    """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
+    if not project_name or not isinstance(project_name, str):
+        raise ConfigError("project_name must be a non-empty string.")
+    o = resolved(options)
+    kind, task_runner = _backend(o["backend"], o["dask_address"])
+    concurrency = o["max_concurrency"]
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"max_concurrency must be a whole number >= 1, not {concurrency!r}.")
+    check_fail_on_error(o["fail_on_error"])
+    links = build_chain(o["task"], o["evaluators"], o["chain"])
+    dataset = load_dataset(data)
+    _check_columns(links, dataset)
+    name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
+    root = Path(o["results_dir"]) if o["results_dir"] is not None else default_results_dir()
+    spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
+                          concurrency, _free_dir(root, project_name, name), kind,
+                          fail_on_error=o["fail_on_error"],
+                          min_pass_rates=dict(o["min_pass_rates"] or {}),
+                          task_runner=task_runner, dask_address=o["dask_address"],
+                          on_progress=o["on_progress"])
+    if o["resume"] or o["retry_errors"] or o["experiment_id"]:
+        earlier = _to_resume(root, project_name, name, o["experiment_id"])
+        if earlier is not None:
+            spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
+    _parquet.make_writable(spec.out_dir)
+    return spec
