@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
+from patronus_tasks.results.experiment import Experiment
 
 _Z = {0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
 

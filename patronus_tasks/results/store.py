@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.settings import default_results_dir
 

@@ -1,0 +1,19 @@
+"""Reading results: an experiment's records and summary, past runs, comparisons."""
+
+from patronus_tasks.record.records import ErrorInfo
+from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.store import list_experiments, load_experiment
+from patronus_tasks.results.summary import EvaluatorStats, Summary
+
+__all__ = [
+    "Comparison",
+    "ErrorInfo",
+    "EvaluatorComparison",
+    "EvaluatorStats",
+    "Experiment",
+    "Summary",
+    "compare_experiments",
+    "list_experiments",
+    "load_experiment",
+]

@@ -1,0 +1,74 @@
+"""A finished experiment, read back from its folder: manifest, records, summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
+
+
+class Experiment:
+    """A finished experiment: its folder, manifest and results.
+
+    ``to_dataframe()`` reads the records back from Parquet: one row per (sample, chain
+    link, evaluator), with the dataset's columns beside the results.
+    """
+
+    def __init__(self, path: str | Path, recording: Any = None) -> None:
+        self.path = Path(path)
+        manifest = self.path / _parquet.MANIFEST_FILE
+        self.manifest: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
+        self._recording = recording  # a `TaskRunRecorder` still catching up, when run here
+
+    def wait_recorded(self, timeout: float | None = None) -> bool:
+        """Wait until Prefect has recorded every task run of this experiment (it returned
+        with its results while Prefect caught up); True when it has (or nothing was due)."""
+        recording = self._recording
+        if recording is None:
+            return True
+        return bool(recording.wait(timeout)) and not recording.lost
+
+    def __repr__(self) -> str:
+        return f"Experiment({self.name!r}, path={str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("experiment_name", self.path.name))
+
+    @property
+    def project(self) -> str:
+        return str(self.manifest.get("project", self.path.parent.name))
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / _parquet.RESULTS_FILE
+
+    def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The records (``columns``: only these), as a DataFrame."""
+        return _parquet.read_results(self.path, list(columns) if columns else None).to_pandas()
+
+    def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
+        """Write (or return, with no path) the records as CSV."""
+        return self.to_dataframe().to_csv(path_or_buf, index=False, **kwargs)
+
+    def to_json(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
+        """Write (or return, with no path) the records as JSON Lines."""
+        kwargs = {"orient": "records", "lines": True, "force_ascii": False, **kwargs}
+        return self.to_dataframe().to_json(path_or_buf, **kwargs)
+
+    def summary(self, df: pd.DataFrame | None = None) -> Summary:
+        """Per (link, evaluator) statistics of the records (``df``: already read records)."""
+        order = [(i, e["name"]) for i, lk in enumerate(self.manifest.get("links", []))
+                 for e in lk["evaluators"]]
+        # Only what the summary reads: the dataset's columns can be most of the records.
+        records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
+        return summarize(records, order, location=str(self.results_path))
+
+    def format_summary(self) -> str:
+        return self.summary().format(f"Experiment {self.project}/{self.name}")
