@@ -159,13 +159,14 @@ def test_journal_recovers_types_json_cannot_keep(tmp_path: Path) -> None:
     import datetime as dt
 
     from patronus_tasks.record.parquet import ParquetSink, read_results
+    from patronus_tasks.record.records import Record
 
     df = pd.DataFrame({"sid": ["1", "2"], "when": pd.to_datetime(["2026-01-01", "2026-02-03"]),
                        "blob": [b"\x00\x01", b"\xff"], "n": [1, 2]})
     sink = ParquetSink(tmp_path, df, batch_rows=10_000, flush_seconds=3600)
     for row in df.to_dict("records"):
-        sink.add([{"sid": row["sid"], "link_index": 0, "status": "ok", "when": row["when"],
-                   "blob": row["blob"], "n": row["n"]}])
+        sink.add([Record(sid=row["sid"], link_index=0, status="ok",
+                         row={"when": row["when"], "blob": row["blob"], "n": row["n"]})])
     # No flush, no finalize: as if the process died here.
     table = read_results(tmp_path)
     assert table.schema.field("when").type == sink.schema.field("when").type

@@ -31,13 +31,14 @@ from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.integrations.prefect.runs import RecordingStepRunner
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.records import Record
 from patronus_tasks.record.resume import Replay
+from patronus_tasks.run.execute import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 from patronus_tasks.run.threads import DaemonThreadPool
 
 logger = logging.getLogger("patronus_tasks")
 BATCHES_PER_WORKER = 4
-_COUNTS = ("rows", "records", "task_errors", "evaluator_errors", "errored_rows")
 
 
 def make_task_runner(task_runner: Any, address: str | None) -> Any:
@@ -69,17 +70,25 @@ class Batch:
     replay: Replay | None = None  # what an earlier run completed of these rows
 
 
+@dataclass
+class BatchOutcome:
+    """What a batch sends back from its worker: its totals, calls made, task runs lost."""
+
+    totals: RunTotals
+    calls: int
+    lost: int
+
+
 @prefect_task(name="experiment-batch", task_run_name="batch-{batch.index}", cache_policy=NO_CACHE,
               persist_result=False)
-async def run_batch(batch: Batch) -> dict[str, Any]:
+async def run_batch(batch: Batch) -> BatchOutcome:
     """Run a batch of rows on a worker; write its parts; return its counts once Prefect
     holds its records."""
-    from patronus_tasks.run.execute import _Tally
     from patronus_tasks.run.runner import RowRunner, run_rows
 
     ctx = TaskRunContext.get()
     parent = str(ctx.task_run.id) if ctx and ctx.task_run else None
-    spec, tally = batch.spec, _Tally()
+    spec, tally = batch.spec, RunTotals(pids=[os.getpid()])
     sink = _parquet.ParquetSink(spec.out_dir, columns=batch.columns, prefix=f"b{batch.index}")
     pool = DaemonThreadPool(spec.max_concurrency)
     recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
@@ -87,7 +96,7 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
     runner = RowRunner(spec.links, RecordingStepRunner(recorder), tags=spec.tags,
                        limit=spec.max_concurrency, pool=pool, replay=batch.replay)
 
-    def on_records(records: list[dict[str, Any]]) -> None:
+    def on_records(records: list[Record]) -> None:
         tally.add(records)
         sink.add(records)
 
@@ -99,8 +108,7 @@ async def run_batch(batch: Batch) -> dict[str, Any]:
         pool.shutdown(wait=False)
         recorder.close()
     await recorder.until_recorded()
-    return {**vars(tally), "calls": runner.calls, "recorded": recorder.recorded,
-            "lost": recorder.lost, "pid": os.getpid()}
+    return BatchOutcome(tally, runner.calls, recorder.lost)
 
 
 def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
@@ -127,7 +135,7 @@ def _replay_of(replay: Replay | None, sids: Any) -> Replay | None:
     return Replay({s: r for s, r in replay.rows.items() if s in wanted}, replay.retry_errors_only)
 
 
-async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any,
+async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: RunTotals,
                       replay: Replay | None = None) -> int:
     """Submit every batch to the flow's task runner; fold their counts into ``tally``.
 
@@ -135,14 +143,12 @@ async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: Any,
     """
     batches = _batches(spec, flow_run_id, 2, replay)
     futures = [run_batch.submit(b) for b in batches]
-    results: list[dict[str, Any]] = await asyncio.to_thread(
+    results: list[BatchOutcome] = await asyncio.to_thread(
         lambda: [f.result() for f in futures])  # type: ignore[misc]
     for result in results:
-        for key in _COUNTS:
-            setattr(tally, key, getattr(tally, key) + result[key])
-    tally.pids = sorted({r["pid"] for r in results})
-    lost = sum(r["lost"] for r in results)
+        tally += result.totals
+    lost = sum(r.lost for r in results)
     if lost:
         logger.error("%d task runs of the batches were not recorded by Prefect (their rows are "
                      "in the Parquet results)", lost)
-    return sum(r["calls"] for r in results) + len(batches)
+    return sum(r.calls for r in results) + len(batches)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.record.records import FIXED_SCHEMA, dataset_column_name
+from patronus_tasks.record.records import FIXED_SCHEMA, Record, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
 PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see _resume.py)
@@ -103,17 +103,18 @@ class ParquetSink:
     def _journal_path(self) -> Path:
         return self.parts / f"{self._stem}{self._part_count:06d}.journal"
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[Record]) -> None:
         """Journal one row's records at once; write a part when the batch is full or old."""
-        for record in records:
-            for column in self._text_columns.intersection(record):
-                record[column] = _text(record[column])
+        rows = [record.to_row() for record in records]  # the file's boundary: dicts from here
+        for row in rows:
+            for column in self._text_columns.intersection(row):
+                row[column] = _text(row[column])
         if self._journal is None:
             self._journal = self._journal_path().open("wb", buffering=0)
             self._journal.write(_schema_line(self.schema))
-        self._journal.write(orjson.dumps(records, default=_json_default,
+        self._journal.write(orjson.dumps(rows, default=_json_default,
                                          option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-        self._buffer.extend(records)
+        self._buffer.extend(rows)
         due = time.monotonic() - self._last_flush >= self.flush_seconds
         if len(self._buffer) >= self.batch_rows or due:
             self.flush()

@@ -1,14 +1,15 @@
 """The result record: one per (sample, chain link, evaluator), and its Arrow schema.
 
-The fixed columns are defined once here (`FIXED_SCHEMA`); the dataset's own columns
-follow them. JSON-valued columns hold JSON text so any reader can load them.
+The fixed columns are defined once here, as the fields of `Record` (`COLUMNS` and
+`FIXED_SCHEMA` follow from them); the dataset's own columns follow them in the file.
+JSON-valued columns hold JSON text so any reader can load them.
 """
 
 from __future__ import annotations
 
 import json
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -18,32 +19,88 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 
 STATUS_OK, STATUS_SKIPPED, STATUS_ERROR = "ok", "skipped", "error"
 
-#: Column name, type and meaning of every fixed column, in file order.
-COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
-    ("sid", pa.string(), "sample id: the dataset's `sid` column, or the 1-based row position"),
-    ("link_index", pa.int32(), "0-based index of the chain link"),
-    ("task_name", pa.string(), "name of the link's task; null for a taskless link"),
-    ("evaluator_name", pa.string(), "evaluator name; null on a record with no evaluator run"),
-    ("criteria", pa.string(), "the evaluator's criteria, if any"),
-    ("status", pa.string(), "`ok`, `skipped` (task or evaluator returned None) or `error`"),
-    ("error_stage", pa.string(), "`task` or `evaluator` when status is `error`, else null"),
-    ("pass", pa.bool_(), "the evaluator's pass/fail verdict"),
-    ("score", pa.float64(), "the evaluator's raw score"),
-    ("text_output", pa.string(), "the evaluator's text output"),
-    ("explanation", pa.string(), "the evaluator's explanation"),
-    ("evaluation_duration_s", pa.float64(), "evaluator wall time in seconds (or as reported)"),
-    ("task_duration_s", pa.float64(), "task wall time in seconds, retries included"),
-    ("task_output", pa.string(), "the task's `evaluated_model_output`"),
-    ("task_metadata", pa.string(), "JSON: the task result's metadata and evaluated_model_* facts"),
-    ("task_tags", pa.string(), "JSON: the task result's tags"),
-    ("evaluation_metadata", pa.string(), "JSON: the evaluation result's metadata"),
-    ("evaluation_tags", pa.string(), "JSON: the evaluation result's tags"),
-    ("task_attempts", pa.int32(), "calls made of the link's task (1 + retries used)"),
-    ("evaluation_attempts", pa.int32(), "calls made of the evaluator (1 + retries used)"),
-    ("error_type", pa.string(), "exception type of a failed step"),
-    ("error_message", pa.string(), "exception message of a failed step"),
-    ("error_traceback", pa.string(), "formatted traceback of a failed step"),
-)
+def _column(typ: pa.DataType, meaning: str, name: str | None = None) -> dict[str, Any]:
+    return {"type": typ, "meaning": meaning, "name": name}
+
+
+@dataclass(slots=True)
+class Record:
+    """One record of the results: one per (sample, chain link, evaluator).
+
+    Its fields are the file's fixed columns, in file order (`COLUMNS` and the schema are
+    derived from them: the one definition); ``row`` holds the dataset's columns, keyed by
+    their names in the file. Dicts only at the file boundary: `to_row` / `from_row`.
+    """
+
+    sid: str = field(metadata=_column(pa.string(),
+        "sample id: the dataset's `sid` column, or the 1-based row position"))
+    link_index: int | None = field(default=None, metadata=_column(
+        pa.int32(), "0-based index of the chain link"))
+    task_name: str | None = field(default=None, metadata=_column(
+        pa.string(), "name of the link's task; null for a taskless link"))
+    evaluator_name: str | None = field(default=None, metadata=_column(
+        pa.string(), "evaluator name; null on a record with no evaluator run"))
+    criteria: str | None = field(default=None, metadata=_column(
+        pa.string(), "the evaluator's criteria, if any"))
+    status: str = field(default=STATUS_OK, metadata=_column(pa.string(),
+        "`ok`, `skipped` (task or evaluator returned None) or `error`"))
+    error_stage: str | None = field(default=None, metadata=_column(
+        pa.string(), "`task` or `evaluator` when status is `error`, else null"))
+    pass_: bool | None = field(default=None, metadata=_column(
+        pa.bool_(), "the evaluator's pass/fail verdict", name="pass"))
+    score: float | None = field(default=None, metadata=_column(
+        pa.float64(), "the evaluator's raw score"))
+    text_output: str | None = field(default=None, metadata=_column(
+        pa.string(), "the evaluator's text output"))
+    explanation: str | None = field(default=None, metadata=_column(
+        pa.string(), "the evaluator's explanation"))
+    evaluation_duration_s: float | None = field(default=None, metadata=_column(
+        pa.float64(), "evaluator wall time in seconds (or as reported)"))
+    task_duration_s: float | None = field(default=None, metadata=_column(
+        pa.float64(), "task wall time in seconds, retries included"))
+    task_output: str | None = field(default=None, metadata=_column(
+        pa.string(), "the task's `evaluated_model_output`"))
+    task_metadata: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the task result's metadata and evaluated_model_* facts"))
+    task_tags: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the task result's tags"))
+    evaluation_metadata: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the evaluation result's metadata"))
+    evaluation_tags: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the evaluation result's tags"))
+    task_attempts: int | None = field(default=None, metadata=_column(
+        pa.int32(), "calls made of the link's task (1 + retries used)"))
+    evaluation_attempts: int | None = field(default=None, metadata=_column(
+        pa.int32(), "calls made of the evaluator (1 + retries used)"))
+    error_type: str | None = field(default=None, metadata=_column(
+        pa.string(), "exception type of a failed step"))
+    error_message: str | None = field(default=None, metadata=_column(
+        pa.string(), "exception message of a failed step"))
+    error_traceback: str | None = field(default=None, metadata=_column(
+        pa.string(), "formatted traceback of a failed step"))
+    row: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """The record as one row of the file: fixed columns, then the dataset's."""
+        values = {name: getattr(self, attr) for attr, name in _ATTRS}
+        values.update(self.row)
+        return values
+
+    @classmethod
+    def from_row(cls, values: dict[str, Any]) -> Record:
+        """A row read back from the file (or a journal) as a record."""
+        fixed: dict[str, Any] = {attr: values.get(name) for attr, name in _ATTRS}
+        fixed["status"] = fixed["status"] or STATUS_OK
+        row = {k: v for k, v in values.items() if k not in FIXED_NAMES}
+        return cls(**fixed, row=row)
+
+
+_FIELDS = [f for f in fields(Record) if f.metadata]
+#: (attribute, column name) of every fixed column, in file order.
+_ATTRS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["name"] or f.name) for f in _FIELDS)
+#: Column name, type and meaning of every fixed column, in file order (from `Record`).
+COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = tuple(
+    (name, f.metadata["type"], f.metadata["meaning"]) for (_, name), f in zip(_ATTRS, _FIELDS, strict=True))
 FIXED_SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 FIXED_NAMES = frozenset(FIXED_SCHEMA.names)
 
@@ -97,7 +154,7 @@ def evaluation_fields(result: EvaluationResult | None, duration: float | None) -
         return {"evaluation_duration_s": duration}
     reported = result.evaluation_duration
     return {
-        "pass": result.pass_,
+        "pass_": result.pass_,
         "score": result.score_raw,
         "text_output": result.text_output,
         "explanation": result.explanation,

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.record import parquet as _parquet
-from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED, Record
 
 PREVIOUS_FILE = _parquet.PREVIOUS_FILE
 TASK = "\x00task"  # the task's key among a link's steps (no evaluator can have this name)
@@ -36,24 +36,20 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
-def _task_result(record: dict[str, Any]) -> TaskResult | None:
-    if record["status"] == STATUS_SKIPPED and record.get("evaluator_name") is None:
+def _task_result(record: Record) -> TaskResult | None:
+    if record.status == STATUS_SKIPPED and record.evaluator_name is None:
         return None
-    return TaskResult(evaluated_model_output=record.get("task_output"),
-                      metadata=_loads(record.get("task_metadata")),
-                      tags=_loads(record.get("task_tags")))
+    return TaskResult(evaluated_model_output=record.task_output,
+                      metadata=_loads(record.task_metadata), tags=_loads(record.task_tags))
 
 
-def _evaluation(record: dict[str, Any]) -> EvaluationResult | None:
-    if record["status"] == STATUS_SKIPPED:
+def _evaluation(record: Record) -> EvaluationResult | None:
+    if record.status == STATUS_SKIPPED:
         return None
-    seconds = record.get("evaluation_duration_s")
     return EvaluationResult(
-        pass_=record.get("pass"), score_raw=record.get("score"),
-        text_output=record.get("text_output"), explanation=record.get("explanation"),
-        metadata=_loads(record.get("evaluation_metadata")),
-        tags=_loads(record.get("evaluation_tags")),
-        evaluation_duration=seconds)
+        pass_=record.pass_, score_raw=record.score, text_output=record.text_output,
+        explanation=record.explanation, metadata=_loads(record.evaluation_metadata),
+        tags=_loads(record.evaluation_tags), evaluation_duration=record.evaluation_duration_s)
 
 
 @dataclass
@@ -69,13 +65,13 @@ class Replayed:
 class Replay:
     """What a previous run completed, by sample id."""
 
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, list[Record]] = field(default_factory=dict)
     retry_errors_only: bool = False
 
     def complete(self, sid: str) -> bool:
         """Reuse this row whole: it ran before and nothing in it failed."""
         records = self.rows.get(sid)
-        return records is not None and all(r["status"] != STATUS_ERROR for r in records)
+        return records is not None and all(r.status != STATUS_ERROR for r in records)
 
     def wanted(self, sid: str) -> bool:
         """Run this row (again): missing rows only when not just retrying errors."""
@@ -87,27 +83,28 @@ class Replay:
         """The completed steps of a row that will run again, keyed (link, step)."""
         found: dict[tuple[int, str], Replayed] = {}
         for r in self.rows.get(sid, []):
-            task_ok = r.get("task_name") is not None and r.get("error_stage") != "task"
-            if task_ok and (r["status"] != STATUS_ERROR or r.get("error_stage") == "evaluator"):
-                found[(r["link_index"], TASK)] = Replayed(
-                    _task_result(r), r.get("task_attempts") or 1, r.get("task_duration_s"))
-            if r.get("evaluator_name") is not None and r["status"] in (STATUS_OK, STATUS_SKIPPED):
-                found[(r["link_index"], r["evaluator_name"])] = Replayed(
-                    _evaluation(r), r.get("evaluation_attempts") or 1,
-                    r.get("evaluation_duration_s"))
+            link = r.link_index or 0
+            task_ok = r.task_name is not None and r.error_stage != "task"
+            if task_ok and (r.status != STATUS_ERROR or r.error_stage == "evaluator"):
+                found[(link, TASK)] = Replayed(_task_result(r), r.task_attempts or 1,
+                                               r.task_duration_s)
+            if r.evaluator_name is not None and r.status in (STATUS_OK, STATUS_SKIPPED):
+                found[(link, r.evaluator_name)] = Replayed(
+                    _evaluation(r), r.evaluation_attempts or 1, r.evaluation_duration_s)
         return found
 
-    def reused_records(self) -> Iterator[list[dict[str, Any]]]:
+    def reused_records(self) -> Iterator[list[Record]]:
         for sid, records in self.rows.items():
             if self.complete(sid):
                 yield records
 
 
-def _by_sid(table: pa.Table | None) -> dict[str, list[dict[str, Any]]]:
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _by_sid(table: pa.Table | None) -> dict[str, list[Record]]:
+    rows: dict[str, list[Record]] = defaultdict(list)
     if table is not None:
-        for record in table.to_pylist():
-            rows[record["sid"]].append(record)
+        for values in table.to_pylist():  # the file's boundary: records from here
+            record = Record.from_row(values)
+            rows[record.sid].append(record)
     return dict(rows)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
 
 
@@ -33,6 +34,11 @@ class Experiment:
         if recording is None:
             return True
         return bool(recording.wait(timeout)) and not recording.lost
+
+    @property
+    def info(self) -> Manifest:
+        """The manifest, typed (`Manifest`); ``manifest`` is the same as read from JSON."""
+        return Manifest.model_validate(self.manifest)
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, path={str(self.path)!r})"

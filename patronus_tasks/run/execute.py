@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record import resume as _resume
-from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.record.manifest import DatasetInfo, EvaluatorInfo, LinkInfo, Manifest, PrefectRecords
+from patronus_tasks.record.records import STATUS_ERROR, Record
 from patronus_tasks.results.gates import error_gate, failed_gates
 from patronus_tasks.results.summary import Summary
 from patronus_tasks.run import observers
@@ -29,25 +31,33 @@ from patronus_tasks.run.threads import DaemonThreadPool
 if TYPE_CHECKING:
     from patronus_tasks.results.experiment import Experiment
 
-class _Tally:
-    """Counts rows and records as they stream past, for the manifest and progress."""
+@dataclass
+class RunTotals:
+    """Rows, records and errors counted as records stream past (the manifest's figures,
+    the progress); totals of batches run elsewhere (Dask) add up with ``+=``."""
 
-    def __init__(self) -> None:
-        self.rows = self.records = self.task_errors = self.evaluator_errors = 0
-        self.errored_rows = 0
-        self.pids: list[int] = []  # worker processes, when rows ran on Dask
+    rows: int = 0
+    records: int = 0
+    task_errors: int = 0
+    evaluator_errors: int = 0
+    errored_rows: int = 0
+    pids: list[int] = field(default_factory=list)  # worker processes, when rows ran on Dask
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[Record]) -> None:
+        """One row's records."""
         self.rows += 1
         self.records += len(records)
-        if any(r.get("status") == STATUS_ERROR for r in records):
-            self.errored_rows += 1
-        for r in records:
-            if r.get("status") == STATUS_ERROR:
-                if r.get("error_stage") == "evaluator":
-                    self.evaluator_errors += 1
-                else:
-                    self.task_errors += 1
+        errors = [r for r in records if r.status == STATUS_ERROR]
+        self.errored_rows += bool(errors)
+        evaluator = sum(r.error_stage == "evaluator" for r in errors)
+        self.evaluator_errors += evaluator
+        self.task_errors += len(errors) - evaluator
+
+    def __iadd__(self, other: RunTotals) -> RunTotals:
+        for name in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.pids = sorted({*self.pids, *other.pids})
+        return self
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,26 +70,24 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _manifest(spec: ExperimentSpec, tally: _Tally, status: str, started: dt.datetime,
-              flow_run_id: str | None) -> dict[str, Any]:
+def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.datetime,
+              flow_run_id: str | None) -> Manifest:
     from patronus_tasks import __version__
 
     ended = None if status == "running" else dt.datetime.now(dt.UTC).isoformat()
-    return {
-        "project": spec.project_name, "experiment_name": spec.experiment_name,
-        "experiment_id": spec.experiment_id, "status": status, "tags": spec.tags,
-        "flow_run_id": flow_run_id, "started_at": started.isoformat(), "ended_at": ended,
-        "rows": tally.rows, "records": tally.records, "task_errors": tally.task_errors,
-        "evaluator_errors": tally.evaluator_errors, "errored_rows": tally.errored_rows,
-        "worker_pids": tally.pids or None,
-        "dataset": {"source": spec.dataset.source, "rows": len(spec.dataset),
-                    "sha256": spec.dataset.content_hash()},
-        "links": [{"task": lk.task.name if lk.task else None,
-                   "evaluators": [{"name": e.name, "criteria": e.criteria} for e in lk.evaluators]}
-                  for lk in spec.links],
-        "package_version": __version__, "git_commit": _git_commit(),
-        "python": sys.version.split()[0],
-    }
+    return Manifest(
+        project=spec.project_name, experiment_name=spec.experiment_name,
+        experiment_id=spec.experiment_id, status=status, tags=spec.tags,
+        flow_run_id=flow_run_id, started_at=started.isoformat(), ended_at=ended,
+        rows=tally.rows, records=tally.records, task_errors=tally.task_errors,
+        evaluator_errors=tally.evaluator_errors, errored_rows=tally.errored_rows,
+        worker_pids=tally.pids or None,
+        dataset=DatasetInfo(source=spec.dataset.source, rows=len(spec.dataset),
+                            sha256=spec.dataset.content_hash()),
+        links=[LinkInfo(task=lk.task.name if lk.task else None,
+                        evaluators=[EvaluatorInfo(name=e.name, criteria=e.criteria)
+                                    for e in lk.evaluators]) for lk in spec.links],
+        package_version=__version__, git_commit=_git_commit(), python=sys.version.split()[0])
 
 
 class ManifestFile:
@@ -97,8 +105,9 @@ class ManifestFile:
         self.path = out_dir / _parquet.MANIFEST_FILE
         self.data: dict[str, Any] | None = None
 
-    def write(self, data: dict[str, Any]) -> None:
+    def write(self, manifest: Manifest) -> None:
         with self._lock:
+            data = manifest.to_json()
             self.data = {**data, **({"prefect": self.data["prefect"]}
                                     if self.data and "prefect" in self.data else {})}
             self._save()
@@ -107,10 +116,10 @@ class ManifestFile:
         """How many task runs Prefect holds (a `TaskRunRecorder`'s progress)."""
         with self._lock:
             if self.data is not None and self._still_ours():
-                self.data["prefect"] = {"task_runs": recorder.expected,
-                                        "task_runs_recorded": recorder.recorded,
-                                        "task_runs_lost": recorder.lost,
-                                        "complete": recorder.done and not recorder.lost}
+                self.data["prefect"] = PrefectRecords(
+                    task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
+                    task_runs_lost=recorder.lost,
+                    complete=recorder.done and not recorder.lost).model_dump()
                 self._save()
 
     def _still_ours(self) -> bool:
@@ -130,10 +139,10 @@ class ManifestFile:
 
 
 async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,
-                  tally: _Tally | None = None,
-                  batches: Callable[[_Tally, _resume.Replay | None], Coroutine[Any, Any, int]]
+                  tally: RunTotals | None = None,
+                  batches: Callable[[RunTotals, _resume.Replay | None], Coroutine[Any, Any, int]]
                   | None = None,
-                  manifest_file: ManifestFile | None = None) -> tuple[dict[str, Any], int]:
+                  manifest_file: ManifestFile | None = None) -> tuple[Manifest, int]:
     """Run every row, stream records to Parquet, write the manifest.
 
     Returns the manifest and the number of step calls made. This is the whole
@@ -144,11 +153,11 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
               else None)
     sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df)
-    tally = tally or _Tally()
+    tally = tally or RunTotals()
     manifest_file = manifest_file or ManifestFile(spec.out_dir)
     manifest_file.write(_manifest(spec, tally, "running", started, flow_run_id))
 
-    def on_records(records: list[dict[str, Any]]) -> None:
+    def on_records(records: list[Record]) -> None:
         tally.add(records)
         sink.add(records)
         if spec.on_progress is not None:
@@ -178,7 +187,7 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     finally:
         pool.shutdown(wait=False)  # a call stuck in user code must not hold the process
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
-    sink.finalize(manifest)
+    sink.finalize(manifest.to_json())
     _resume.finish(spec.out_dir)
     manifest_file.write(manifest)
     return manifest, row_runner.calls

@@ -32,6 +32,7 @@ from patronus_tasks.record.records import (
     STATUS_OK,
     STATUS_SKIPPED,
     ErrorInfo,
+    Record,
     error_fields,
     evaluation_fields,
     row_values,
@@ -190,10 +191,10 @@ class RowRunner:
                 await self.runner.run(inv, upstream)
         return inv
 
-    async def run(self, row: Sample) -> list[dict[str, Any]]:
+    async def run(self, row: Sample) -> list[Record]:
         """Run one row through every link; return its records."""
-        base = {"sid": row.sid, **row_values(row)}
-        records: list[dict[str, Any]] = []
+        base = {"sid": row.sid, "row": row_values(row)}
+        records: list[Record] = []
         parent: Parent | None = None
         replayed = self.replay.steps(row.sid) if self.replay is not None else {}
         for idx, link in enumerate(self.links):
@@ -203,7 +204,7 @@ class RowRunner:
         return records
 
     async def _run_link(self, idx: int, link: Link, row: Sample, parent: Parent | None,
-                        base: dict[str, Any], records: list[dict[str, Any]],
+                        base: dict[str, Any], records: list[Record],
                         replayed: dict[tuple[int, str], Replayed]) -> tuple[Parent | None, bool]:
         head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
         result: TaskResult | None = None
@@ -229,16 +230,16 @@ class RowRunner:
         return Parent(task=result, evals=evals, parent=parent), False
 
 
-def _task_only(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
+def _task_only(head: dict[str, Any], inv: Invocation) -> Record:
     status = STATUS_SKIPPED if inv.value is None else STATUS_OK
-    return {**head, "status": status, **error_fields(inv.error, "task")}
+    return Record(**{**head, "status": status, **error_fields(inv.error, "task")})
 
 
-def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
+def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
     ev = inv.step
     assert isinstance(ev, Evaluator)
     status = STATUS_SKIPPED if inv.value is None else STATUS_OK
-    return {
+    return Record(**{
         **head,
         "evaluator_name": ev.name,
         "criteria": ev.criteria,
@@ -246,11 +247,11 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> dict[str, Any]:
         "evaluation_attempts": inv.attempts or None,
         **evaluation_fields(inv.value, inv.duration if inv.attempts else None),
         **error_fields(inv.error, "evaluator"),
-    }
+    })
 
 
 async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
-                   on_records: Callable[[list[dict[str, Any]]], None]) -> int:
+                   on_records: Callable[[list[Record]], None]) -> int:
     """Run every row with at most ``workers`` rows in flight; hand each row's records on.
 
     Rows are pulled lazily, so memory holds only the rows in flight.
@@ -264,8 +265,8 @@ async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
             try:
                 records = await row_runner.run(row)
             except Exception as exc:  # a bug of ours must cost one row, not the experiment
-                records = [{"sid": row.sid, "link_index": 0, **error_fields(
-                    ErrorInfo.from_exception(exc), "internal")}]
+                records = [Record(sid=row.sid, link_index=0, **error_fields(
+                    ErrorInfo.from_exception(exc), "internal"))]
             on_records(records)
             done += 1
 

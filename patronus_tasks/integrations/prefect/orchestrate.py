@@ -15,7 +15,7 @@ from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
-from patronus_tasks.run.execute import ManifestFile, _Tally, execute, gate_failures
+from patronus_tasks.run.execute import ManifestFile, RunTotals, execute, gate_failures
 from patronus_tasks.run.runner import LocalStepRunner
 from patronus_tasks.run.spec import ExperimentSpec
 
@@ -23,7 +23,7 @@ logger = logging.getLogger("patronus_tasks")
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
 
 
-async def _rows_here(spec: ExperimentSpec, flow_run_id: str, tally: _Tally,
+async def _rows_here(spec: ExperimentSpec, flow_run_id: str, tally: RunTotals,
                      run: dict[str, Any]) -> None:
     """Run the rows in this process, each call recorded by a recorder that goes on in the
     background once the rows are done."""
@@ -40,7 +40,7 @@ async def _rows_here(spec: ExperimentSpec, flow_run_id: str, tally: _Tally,
         manifest.note_records(recorder)  # how many Prefect holds so far, with the results
 
 
-async def _rows_in_batches(spec: ExperimentSpec, flow_run_id: str, tally: _Tally) -> None:
+async def _rows_in_batches(spec: ExperimentSpec, flow_run_id: str, tally: RunTotals) -> None:
     """Run the rows in batches through the flow's task runner; each batch waits for its
     records before it ends."""
     from patronus_tasks.integrations.dask import run_batches
@@ -84,7 +84,7 @@ async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
         flow_run_id = run["flow_run_id"] = _prefect.current_flow_run_id()
         assert flow_run_id is not None
         _server_hook.hint(get_run_logger())
-        tally = _Tally()
+        tally = RunTotals()
         async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
                                                lambda: tally.rows, len(spec.dataset)):
             if spec.backend == "batches":

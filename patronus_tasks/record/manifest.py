@@ -1,0 +1,72 @@
+"""The experiment's ``manifest.json``: what ran, on what data, with what totals.
+
+A versioned model: written from it (`Manifest.to_json`), read back through it
+(`Experiment.info`). Fields a newer version adds are kept when an older one reads the
+file; fields an older file lacks take their defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+MANIFEST_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class DatasetInfo(_Model):
+    source: str | None = None
+    rows: int = 0
+    sha256: str | None = None
+
+
+class EvaluatorInfo(_Model):
+    name: str
+    criteria: str | None = None
+
+
+class LinkInfo(_Model):
+    task: str | None = None
+    evaluators: list[EvaluatorInfo] = []
+
+
+class PrefectRecords(_Model):
+    """How many of the experiment's task runs Prefect holds (kept current while the
+    records catch up after the results are written)."""
+
+    task_runs: int
+    task_runs_recorded: int
+    task_runs_lost: int
+    complete: bool
+
+
+class Manifest(_Model):
+    manifest_version: int = MANIFEST_VERSION
+    project: str
+    experiment_name: str
+    experiment_id: str
+    status: Literal["running", "completed", "interrupted"]
+    tags: dict[str, str] = {}
+    flow_run_id: str | None = None
+    started_at: str
+    ended_at: str | None = None
+    rows: int = 0
+    records: int = 0
+    task_errors: int = 0
+    evaluator_errors: int = 0
+    errored_rows: int = 0
+    worker_pids: list[int] | None = None
+    dataset: DatasetInfo = DatasetInfo()
+    links: list[LinkInfo] = []
+    package_version: str | None = None
+    git_commit: str | None = None
+    python: str | None = None
+    prefect: PrefectRecords | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON file's content (the ``prefect`` block only once there is one)."""
+        return self.model_dump(mode="json", exclude={"prefect"} if self.prefect is None else None)
