@@ -117,6 +117,50 @@ class Backlog:
         return not self.persisting
 
 
+async def still_needed(client: Any, batch: Batch) -> bytes | None:
+    """The body to send ``batch`` again with: without the events the server holds already
+    (stored, and for a final state its task run recorded in a final state); None when it
+    holds them all (the next check confirms the batch).
+
+    Why: Prefect 3.8's event persister, on SQLite, fails a whole flush when every event of
+    it is stored already (it inserts an empty list of rows: `NOT NULL constraint failed:
+    events.occurred`), dropping the flush; after a restart only re-sent events arrive, so
+    re-sending what it holds kept it from storing anything (a test saw it once in ~10).
+    """
+    events = orjson.loads(batch.body())
+    ids = [e["id"] for e in events]
+    stored = set()
+    for i in range(0, len(ids), _LOOKUP):
+        body = {"filter": {"id": {"id": ids[i:i + _LOOKUP]}, "occurred": _ALL_TIME},
+                "limit": _LOOKUP}
+        stored |= {e["id"] for e in (await internal.filter_events(client, body))["events"]}
+    finals = [_task_run(e) for e in events
+              if e["id"] in stored and e["resource"]["prefect.state-type"] in FINAL_TYPES]
+    final_runs = await _final_task_runs(client, finals) if finals else set()
+    held = {e["id"] for e in events if e["id"] in stored and (
+        e["resource"]["prefect.state-type"] not in FINAL_TYPES or _task_run(e) in final_runs)}
+    if len(held) == len(events):
+        return None
+    return orjson.dumps([e for e in events if e["id"] not in held]) if held else batch.body()
+
+
+def _task_run(event: dict[str, Any]) -> str:
+    return str(event["resource"]["prefect.resource.id"]).removeprefix("prefect.task-run.")
+
+
+async def _final_task_runs(client: Any, ids: list[str]) -> set[str]:
+    """Which of these task runs the server holds in a final state (asked `_LOOKUP` at a
+    time: the API reads at most 200 per request)."""
+    found: set[str] = set()
+    for i in range(0, len(ids), _LOOKUP):
+        runs = await internal.filter_task_runs(client, {
+            "task_runs": {"id": {"any_": ids[i:i + _LOOKUP]},
+                          "state": {"type": {"any_": list(FINAL_TYPES)}}},
+            "limit": _LOOKUP})
+        found |= {str(run["id"]) for run in runs}
+    return found
+
+
 def _overtaken(batch: Batch, now_overtaken: bool) -> bool:
     """Whether ``batch``, incomplete, has been overtaken (its mark or a later batch found)
     for `LOST_AFTER` seconds."""

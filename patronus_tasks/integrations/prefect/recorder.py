@@ -35,7 +35,7 @@ from prefect.client.orchestration import get_client
 
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.integrations.prefect.backlog import Backlog
+from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Batch, Call, EventFormat, State
 
 logger = logging.getLogger("patronus_tasks.records")
@@ -57,7 +57,10 @@ _PERSISTER_GRACE_SECONDS = 15.0
 MAX_LOGS = 10_000
 _LOG_BATCH, _LOG_CHARS = 1_000, 10_000
 _WARN_SECONDS = 10.0
-_MAX_POSTS = 5  # times a batch is sent before what the server still lacks of it counts lost
+#: Times a batch is sent before what the server still lacks of it counts lost. Sent again
+#: at most every `_backlog.LOST_AFTER` (10 s): a server restarted with a backlog takes
+#: minutes to catch up (~7 ms per event), and meanwhile its broker may drop copies.
+_MAX_POSTS = 30
 _AGAIN, _ROWS, _EVALUATORS = 0, 1, 2  # the recorder's queues, in the order they are posted
 
 
@@ -267,7 +270,9 @@ class _Poster:
 
     async def _send(self, batch: Batch) -> bool:
         try:
-            await internal.post_events(self.client, batch.body())
+            body = batch.body() if not batch.posts else await still_needed(self.client, batch)
+            if body is not None:
+                await internal.post_events(self.client, body)
             return True
         except Exception as exc:
             self._warn(f"could not post {batch.count} task-run events to Prefect (will retry): "
