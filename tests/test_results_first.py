@@ -32,13 +32,17 @@ def _prefect_part(exp_dir: Path) -> dict[str, Any]:
     return dict(json.loads((exp_dir / "manifest.json").read_text())["prefect"])
 
 
-def test_experiment_returns_with_its_results_before_prefect_has_the_records(
-        prefect_server: str, results_dir: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    release = tmp_path / "release"
+@pytest.fixture
+def release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Posts of events held back in this process until the returned file exists."""
     monkeypatch.setattr(_recorder._Poster, "_send", _recorder._Poster._send)
     monkeypatch.setattr(_recorder, "_BATCH_EVENTS", _recorder._BATCH_EVENTS)
-    held_records.hold(release)
+    held_records.hold(tmp_path / "release")
+    return tmp_path / "release"
+
+
+def test_experiment_returns_with_its_results_before_prefect_has_the_records(
+        prefect_server: str, results_dir: Path, release: Path) -> None:
     exp = held_records.run(results_dir)
     assert len(exp.to_dataframe()) == CALLS  # every result, already
     assert exp.manifest["status"] == "completed"
@@ -52,14 +56,9 @@ def test_experiment_returns_with_its_results_before_prefect_has_the_records(
 
 
 def test_a_later_run_in_the_same_folder_keeps_its_manifest(
-        prefect_server: str, results_dir: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        prefect_server: str, results_dir: Path, release: Path) -> None:
     # The first run's records still on their way must not write its manifest over the
     # resumed run's.
-    release = tmp_path / "release"
-    monkeypatch.setattr(_recorder._Poster, "_send", _recorder._Poster._send)
-    monkeypatch.setattr(_recorder, "_BATCH_EVENTS", _recorder._BATCH_EVENTS)
-    held_records.hold(release)
     first = held_records.run(results_dir)
     again = held_records.run(results_dir, resume=True)
     assert again.path == first.path
