@@ -9,7 +9,8 @@ from patronus_tasks.integrations.prefect.server_hook import install as _install_
 
 # Prefect starts its built-in server for the first API call of a process, a user's own
 # @flow included: this makes that server one that starts on a slow machine (see
-# _local_server), once Prefect loads its server module. It changes no environment variable.
+# integrations/prefect/local_server), once Prefect loads its server module. It changes no
+# environment variable.
 _install_local_server()
 
 from patronus_tasks.api import arun_experiment, run_experiment  # noqa: E402

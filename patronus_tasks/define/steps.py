@@ -30,7 +30,7 @@ class Step:
     retry_delay_seconds: float = 0.0
     timeout_seconds: float | None = None
     #: Sync code only: True runs calls in the event loop's thread, False in a thread,
-    #: None measures and decides (see `_inline`).
+    #: None measures and decides (see `inline`).
     inline: bool | None = None
 
     def _setup(self, name: str | None, retries: int, retry_delay_seconds: float,

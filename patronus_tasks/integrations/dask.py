@@ -65,7 +65,7 @@ class Batch:
     flow_run_id: str
     columns: tuple[pa.Schema, frozenset[str]]
     #: Batches that may post to the server at once (all of them, at most): their event
-    #: recorders share the server's bound (see `_recorder`).
+    #: recorders share the server's bound (see `recorder`).
     share: int = 1
     replay: Replay | None = None  # what an earlier run completed of these rows
 

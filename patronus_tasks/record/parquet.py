@@ -257,7 +257,7 @@ def remove_parts(out_dir: Path) -> None:
 def read_results(out_dir: Path, columns: list[str] | None = None) -> pa.Table:
     """The records of an experiment: the final file, or what an unfinished one left.
 
-    ``columns``: only these (every record has the fixed ones, see `_records`).
+    ``columns``: only these (every record has the fixed ones, see `records`).
     """
     final = out_dir / RESULTS_FILE
     if final.exists():

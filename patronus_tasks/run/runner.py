@@ -3,7 +3,7 @@
 `RowRunner` walks one row through the chain's links and returns its records.
 Each call of user code is an `Invocation`, executed by a `StepRunner`: the seam
 between this logic and how calls are orchestrated. `LocalStepRunner` runs them in
-plain asyncio (retries and timeouts done here); the Prefect runner in `_prefect.py`
+plain asyncio (retries and timeouts done here); the Prefect runner in `integrations/prefect/runs.py`
 runs each as a Prefect task run.
 """
 

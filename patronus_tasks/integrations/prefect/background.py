@@ -1,7 +1,7 @@
 """An event loop in a daemon thread, for work that outlives an experiment's own loop.
 
 An experiment returns as soon as its rows are done and its results written; the task-run
-records Prefect has not taken yet keep going here (`_recorder`). Before the process
+records Prefect has not taken yet keep going here (`recorder`). Before the process
 exits (and before this package stops its built-in server) `drain` waits for them,
 saying how many are left; Ctrl-C stops that wait.
 """

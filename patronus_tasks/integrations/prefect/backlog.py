@@ -9,7 +9,7 @@ work stays small whatever the size of the flow run (counting the flow run's even
 the server 7 s at 180,000):
 
 - every poll, one look-up by primary key of each pending batch's *mark* (its last event,
-  see `_events.Batch`): the task run, and the event;
+  see `events.Batch`): the task run, and the event;
 - once a batch's mark is there, one count of its task runs in a final state and one of
   its events, by their ids: a consumer writes a few batches' worth at once, in no set
   order, so the mark alone does not prove the rest is in.

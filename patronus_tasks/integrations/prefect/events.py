@@ -121,7 +121,7 @@ class Batch:
     Copied into one buffer as they come: each ``orjson.dumps`` result keeps an 8 KB
     allocation whatever its length, so holding them one by one cost 8x their size. The
     mark is the batch's last event and its task run, and whether that event is a final
-    state: once the server holds that state, it took the whole batch (`_backlog`).
+    state: once the server holds that state, it took the whole batch (`backlog`).
     """
 
     __slots__ = ("count", "data", "final", "finals", "mark", "missing", "overtaken_at", "posts",

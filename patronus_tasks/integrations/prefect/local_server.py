@@ -7,7 +7,7 @@ its own start-up fail on a fresh 2-core machine: it waits 20 s, and a new databa
 and all but the last outlive the caller; and its processes inherit the caller's pipes.
 
 `LocalServer` takes the place of Prefect's default instance (`install`, when Prefect loads
-its server module, see `_server_hook`: Prefect looks that instance up by key, so every
+its server module, see `server_hook`: Prefect looks that instance up by key, so every
 caller, a user's own ``@flow`` included, gets this one). It starts one process under a
 lock, waits `STARTUP_TIMEOUT` (unless
 ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` is set), passes the settings for

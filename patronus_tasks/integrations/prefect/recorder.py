@@ -1,9 +1,9 @@
 """Sending calls' task-run events (and their logs) to Prefect until the server has them.
 
 A `TaskRunRecorder` takes events from the experiment's event loop and posts them, in
-batches through ``POST /api/events``, from the background loop (`_background`), so the
+batches through ``POST /api/events``, from the background loop (`background`), so the
 experiment can return with its results while Prefect catches up. A batch counts once the
-server holds it (`_backlog`); batches it lost (its broker's limit, a restart) are sent
+server holds it (`backlog`); batches it lost (its broker's limit, a restart) are sent
 again, with the same ids, until it does.
 
 Flow control: at most `MAX_AHEAD` events posted and not yet recorded (the broker drops
@@ -58,7 +58,7 @@ MAX_LOGS = 10_000
 _LOG_BATCH, _LOG_CHARS = 1_000, 10_000
 _WARN_SECONDS = 10.0
 #: Times a batch is sent before what the server still lacks of it counts lost. Sent again
-#: at most every `_backlog.LOST_AFTER` (10 s): a server restarted with a backlog takes
+#: at most every `backlog.LOST_AFTER` (10 s): a server restarted with a backlog takes
 #: minutes to catch up (~7 ms per event), and meanwhile its broker may drop copies.
 _MAX_POSTS = 30
 _AGAIN, _ROWS, _EVALUATORS = 0, 1, 2  # the recorder's queues, in the order they are posted

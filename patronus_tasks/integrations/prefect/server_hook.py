@@ -1,4 +1,4 @@
-"""Puts `_local_server.LocalServer` in Prefect's place when Prefect loads its server module.
+"""Puts `local_server.LocalServer` in Prefect's place when Prefect loads its server module.
 
 Prefect imports ``prefect.server.api.server`` only when it is about to start its built-in
 server (~3 s of imports: the whole server application). Importing it here to replace the
