@@ -71,3 +71,8 @@ class QualityGateError(ExperimentError):
         super().__init__("quality gate failed: " + "; ".join(failures))
         self.failures = failures
         self.experiment = experiment
+
+    def __reduce__(self) -> tuple[type, tuple[list[str], None]]:
+        # Picklable (Prefect persists a flow's exception) without the experiment, whose
+        # recorder holds threads: its folder is in the failure's flow run anyway.
+        return type(self), (self.failures, None)

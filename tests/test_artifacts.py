@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +36,28 @@ async def _artifacts(keys: list[str]) -> dict[str, list[Any]]:
     return out
 
 
-def test_artifacts_keep_a_history_per_experiment(prefect_server: str, results_dir: Path) -> None:
+def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: Path) -> None:
     data = [{"evaluated_model_input": v} for v in ["ab", "abcd", "x", "a"]]
     runs = [run_experiment("UI Project", data=data, task=maybe, evaluators=[short],
-                           experiment_name="Nightly Eval", results_dir=results_dir,
-                           print_summary=False) for _ in range(2)]
-    kinds = ["summary", "report", "results", "progress"]
-    keys = [artifact_key("UI Project", "Nightly Eval", k) for k in kinds]
-    assert keys[0] == "ui-project-nightly-eval-summary"
+                           experiment_name=name, results_dir=results_dir,
+                           print_summary=False) for name in ("Nightly Eval", None)]
+    kinds = ["summary", "report", "results", "progress", "vs-previous"]
+    keys = [artifact_key("UI Project", k) for k in kinds]  # run on its own: the project's
+    assert keys[0] == "ui-project-summary"
     found = asyncio.run(_artifacts(keys))
     assert {k: len(v) for k, v in found.items()} == {k: 2 for k in keys}  # one per run
     flow_runs = {str(a.flow_run_id) for a in found[keys[0]]}
     assert flow_runs == {r.manifest["flow_run_id"] for r in runs}
     table = found[keys[0]][0].data
     rows = table if isinstance(table, list) else __import__("json").loads(table)
-    assert rows[0]["evaluator"] == "short" and rows[0]["pass_rate"] == round(2 / 3, 4)
-    assert rows[0]["count"] == 3 and rows[0]["errors"] == 0
+    assert rows[0]["evaluator"] == "short" and rows[0]["pass rate"] == "66.7%"
+    assert rows[0]["results"] == 3 and rows[0]["task errors"] == 1
     report = found[keys[1]][0].data
-    assert "short [link 0]" in report and "## First errors" in report
+    assert "| short | 66.7% | 2/3 |" in report and "## First errors" in report
     assert "x \\| is \\| not \\| allowed" in report  # table-safe message
     assert "## First failed evaluations" in report
     links = {a.data for a in found[keys[2]]}  # stored as markdown: [text](uri)
-    assert links == {f"[{r.results_path}]({r.results_path.resolve().as_uri()})" for r in runs}
+    host = socket.gethostname()  # a file:// link opens on its own machine only: say which
+    assert links == {f"[{host}:{r.results_path}]({r.results_path.resolve().as_uri()})"
+                     for r in runs}
     assert all(float(a.data) == 100.0 for a in found[keys[3]])

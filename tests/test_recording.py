@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterTaskRunId
 from prefect.logging import get_run_logger
+from prefect.states import Completed
 
 from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment, task
 from patronus_tasks.integrations.prefect import recorder as _recorder
@@ -100,12 +101,22 @@ def _shape(runs: list[Any]) -> dict[str, tuple[str, str, int, list[str]]]:
             for r in runs}
 
 
+def _messages(runs: list[Any]) -> dict[str, str | None]:
+    return {r.name: r.state.message or None for r in runs if r.state.type.value == "COMPLETED"}
+
+
 @prefect_task(cache_policy=NO_CACHE, persist_result=False)
 async def _engine_call(step: str, kind: str, sid: str) -> Any:
+    """What our calls do, returning the named states our records carry (a verdict)."""
     if step == "first":
-        return _first(kind, f"t{int(sid) - 1}", f"{sid}:engine")
-    if step == "slow_judge" and kind == "hang":
-        await asyncio.sleep(30)
+        value = _first(kind, f"t{int(sid) - 1}", f"{sid}:engine")
+        return Completed(name="Skipped", message="task returned None") if value is None else value
+    if step == "slow_judge":
+        if kind == "hang":
+            await asyncio.sleep(30)
+        return Completed(name="Passed", message="score 0.5")
+    if step == "length":
+        return Completed(name="Scored", message=f"score {len(f't{int(sid) - 1}'):g}")
     return step
 
 
@@ -141,11 +152,14 @@ def test_calls_read_back_as_prefect_engine_task_runs(prefect_server: str, result
     ours = asyncio.run(_runs(exp.manifest["flow_run_id"]))
     engine = _settled(asyncio.run(_engine_reference()), len(ours))
     assert _shape(ours) == _shape(engine)
+    assert _messages(ours) == _messages(engine)
     shape = _shape(ours)
     assert shape["first-2"] == ("COMPLETED", "Completed", 2, [])  # one retry used
     assert shape["first-3"] == ("FAILED", "Failed", 3, [])
+    assert shape["first-4"] == ("COMPLETED", "Skipped", 1, [])  # returned None
     assert shape["slow_judge-5"][:2] == ("FAILED", "TimedOut")
-    assert shape["length-1"] == ("COMPLETED", "Completed", 1, ["first-1"])
+    assert shape["slow_judge-1"] == ("COMPLETED", "Passed", 1, ["first-1"])
+    assert shape["length-1"] == ("COMPLETED", "Scored", 1, ["first-1"])
     assert "second-1-link1" in shape and "second-4-link1" not in shape
     for run in ours:  # full records: times, key, tags, flow run
         assert run.start_time is not None and run.end_time is not None

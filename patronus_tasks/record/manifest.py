@@ -52,6 +52,7 @@ class Manifest(_Model):
     status: Literal["running", "completed", "interrupted"]
     tags: dict[str, str] = {}
     flow_run_id: str | None = None
+    series: str | None = None  # the runs it is compared with, on Prefect
     started_at: str
     ended_at: str | None = None
     rows: int = 0

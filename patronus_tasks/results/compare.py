@@ -43,6 +43,15 @@ class EvaluatorComparison:
     regressed: list[str] = field(default_factory=list)
     improved: list[str] = field(default_factory=list)
 
+    def regressed_significantly(self, alpha: float = 0.05) -> bool:
+        """The pass rate fell with McNemar p < ``alpha`` (with no verdicts: the mean score
+        fell with the bootstrap's p < ``alpha``)."""
+        if self.pass_diff is not None and self.mcnemar_p is not None:
+            return self.pass_diff < 0 and self.mcnemar_p < alpha
+        if self.mean_diff is not None and self.score_p is not None:
+            return self.mean_diff < 0 and self.score_p < alpha
+        return False
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -57,6 +66,10 @@ class Comparison:
     @property
     def has_regressions(self) -> bool:
         return any(e.regressed for e in self.evaluators)
+
+    def significant_regressions(self, alpha: float = 0.05) -> list[EvaluatorComparison]:
+        """The evaluators that regressed significantly (`regressed_significantly`)."""
+        return [e for e in self.evaluators if e.regressed_significantly(alpha)]
 
     def format(self, rows_shown: int = 10) -> str:
         """A text report: per evaluator the figures, then regressed and improved samples."""

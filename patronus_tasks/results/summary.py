@@ -44,6 +44,25 @@ class Summary:
     evaluator_errors: int
     skipped_tasks: int
     location: str | None = None
+    task_errors_by_link: dict[int, int] = field(default_factory=dict)
+    skipped_tasks_by_link: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def links(self) -> int:
+        """How many chain links the summary covers."""
+        seen = {s.link_index for s in self.evaluators} | set(self.task_errors_by_link)
+        return len(seen | set(self.skipped_tasks_by_link))
+
+    def headlines(self) -> list[str]:
+        """Each evaluator's pass rate (or mean score), then the error counts."""
+        parts = [_headline(s, self.links > 1) for s in self.evaluators]
+        parts.append(f"task errors {self.task_errors}, evaluator errors {self.evaluator_errors}"
+                     + (f", skipped rows {self.skipped_tasks}" if self.skipped_tasks else ""))
+        return parts
+
+    def headline(self) -> str:
+        """`headlines` in one line."""
+        return f"{self.samples} rows: " + "; ".join(self.headlines())
 
     def format(self, title: str = "") -> str:
         """The summary as plain text, one block per (link, evaluator) in chain order."""
@@ -57,6 +76,15 @@ class Summary:
         if self.location:
             lines.append(f"Results: {self.location}")
         return "\n".join(lines)
+
+
+def _headline(s: EvaluatorStats, with_link: bool) -> str:
+    name = f"{s.evaluator} [link {s.link_index}]" if with_link else s.evaluator
+    if s.pass_rate is not None:
+        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.verdicts + s.errors})"
+    if "mean" in s.scores:
+        return f"{name} mean {s.scores['mean']:.3g}"
+    return f"{name} {s.count} results"
 
 
 def _histogram(scores: np.ndarray) -> list[tuple[float, float, int]]:
@@ -103,14 +131,22 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
     groups = {key: g for key, g in evals.groupby(["link_index", "evaluator_name"], sort=True)}
     keys = [k for k in order if k in groups] + sorted(set(groups) - set(order))
     tasks = df[df["task_name"].notna()].drop_duplicates(["sid", "link_index"])
+    task_errors = tasks[tasks["error_stage"] == "task"]
+    skipped = tasks[(tasks["status"] == STATUS_SKIPPED) & tasks["evaluator_name"].isna()]
     return Summary(
         evaluators=[_evaluator_stats(int(k[0]), str(k[1]), groups[k]) for k in keys],
         samples=int(df["sid"].nunique()),
-        task_errors=int((tasks["error_stage"] == "task").sum()),
+        task_errors=len(task_errors),
         evaluator_errors=int((evals["status"] == STATUS_ERROR).sum()),
-        skipped_tasks=int(((tasks["status"] == STATUS_SKIPPED) & tasks["evaluator_name"].isna()).sum()),
+        skipped_tasks=len(skipped),
         location=location,
+        task_errors_by_link=_per_link(task_errors),
+        skipped_tasks_by_link=_per_link(skipped),
     )
+
+
+def _per_link(records: pd.DataFrame) -> dict[int, int]:
+    return {int(k): int(v) for k, v in records["link_index"].value_counts().items()}
 
 
 def _fmt(value: float | None, pct: bool = False) -> str:

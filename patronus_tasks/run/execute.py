@@ -78,7 +78,8 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.d
     return Manifest(
         project=spec.project_name, experiment_name=spec.experiment_name,
         experiment_id=spec.experiment_id, status=status, tags=spec.tags,
-        flow_run_id=flow_run_id, started_at=started.isoformat(), ended_at=ended,
+        flow_run_id=flow_run_id, series=spec.series, started_at=started.isoformat(),
+        ended_at=ended,
         rows=tally.rows, records=tally.records, task_errors=tally.task_errors,
         evaluator_errors=tally.evaluator_errors, errored_rows=tally.errored_rows,
         worker_pids=tally.pids or None,

@@ -39,6 +39,10 @@ class ExperimentOptions(TypedDict, total=False):
     min_pass_rates: Mapping[str, float] | None
     dask_address: str | None
     on_progress: Callable[[int, int], None] | None  # called with (rows done, rows in all)
+    # The runs compared with each other and sharing Prefect artifact keys; None: the
+    # deployment (or flow) the experiment runs in, and its project.
+    series: str | None
+    fail_on_regression: bool  # fail when the series' previous run did significantly better
 
 
 class RunOptions(ExperimentOptions, total=False):
@@ -51,7 +55,8 @@ DEFAULTS: dict[str, Any] = {
     "task": None, "evaluators": None, "chain": None, "tags": None, "experiment_name": None,
     "max_concurrency": 10, "results_dir": None, "backend": "prefect", "resume": False,
     "retry_errors": False, "experiment_id": None, "fail_on_error": None,
-    "min_pass_rates": None, "dask_address": None, "on_progress": None,
+    "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
+    "fail_on_regression": False,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True}
 

@@ -52,13 +52,15 @@ class Invocation:
         "kwargs",
         "pool",
         "run_name",
+        "sid",
         "step",
         "value",
     )
 
     def __init__(self, step: Step, kwargs: dict[str, Any], run_name: str,
-                 pool: Executor | None) -> None:
+                 pool: Executor | None, sid: str = "") -> None:
         self.step, self.kwargs, self.run_name, self.pool = step, kwargs, run_name, pool
+        self.sid = sid
         self.value: Any = None
         self.error: ErrorInfo | None = None
         self.attempts = 0
@@ -179,7 +181,7 @@ class RowRunner:
         if "row" in kwargs:
             kwargs["row"] = row.row
         inv = Invocation(step, kwargs, f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""),
-                         self.pool)
+                         self.pool, row.sid)
         done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
         if done is not None:  # completed in an earlier run: never asked again
             inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0

@@ -48,6 +48,8 @@ class ExperimentSpec:
     task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
     dask_address: str | None = None
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
+    series: str | None = None  # see `ExperimentOptions.series`
+    fail_on_regression: bool = False
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -189,6 +191,9 @@ def make_spec(project_name: str, *, data: DataInput,
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"max_concurrency must be a whole number >= 1, not {concurrency!r}.")
     check_fail_on_error(o["fail_on_error"])
+    if o["fail_on_regression"] and kind == "local":
+        raise ConfigError("fail_on_regression compares with the previous run of the series, "
+                          "which the Prefect server knows: use backend='prefect' (or Dask).")
     links = build_chain(o["task"], o["evaluators"], o["chain"])
     dataset = load_dataset(data)
     _check_columns(links, dataset)
@@ -199,7 +204,8 @@ def make_spec(project_name: str, *, data: DataInput,
                           fail_on_error=o["fail_on_error"],
                           min_pass_rates=dict(o["min_pass_rates"] or {}),
                           task_runner=task_runner, dask_address=o["dask_address"],
-                          on_progress=o["on_progress"])
+                          on_progress=o["on_progress"], series=o["series"],
+                          fail_on_regression=bool(o["fail_on_regression"]))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

@@ -1,7 +1,8 @@
 """Prefect UI artifacts of an experiment: summary table, report, link to results, progress.
 
-Keys derive from project and experiment name only, so scheduled runs of the same
-experiment build one artifact history in the Prefect UI.
+Keys derive from the experiment's series (`series`), so the runs of one nightly
+deployment build one artifact history in the Prefect UI; each version's description
+carries its headline figures, so the history reads as the nightly figures.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,39 +25,62 @@ from prefect.artifacts import (
 from prefect.client.orchestration import get_client
 
 from patronus_tasks.record.records import STATUS_ERROR
-from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
+from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary
 
 FAILURES_SHOWN = 10
+#: Characters of one table cell (explanations, error messages) before the ellipsis.
+CELL_CHARS = 120
 
 
-def artifact_key(project: str, experiment: str, kind: str) -> str:
-    """``<project>-<experiment>-<kind>`` in the lowercase-and-dashes form Prefect requires."""
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{project}-{experiment}".lower()).strip("-")
+def artifact_key(series: str, kind: str) -> str:
+    """``<series>-<kind>`` in the lowercase-and-dashes form Prefect requires."""
+    slug = re.sub(r"[^a-z0-9]+", "-", series.lower()).strip("-")
     return f"{slug[:80].strip('-') or 'experiment'}-{kind}"
 
 
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
 def summary_rows(summary: Summary) -> list[dict[str, Any]]:
-    """One table row per (link, evaluator)."""
-    rows = []
-    for s in summary.evaluators:
-        rows.append({
-            "link": s.link_index, "evaluator": s.evaluator, "count": s.count,
-            "pass_rate": None if s.pass_rate is None else round(s.pass_rate, 4),
-            "mean": _round(s.scores.get("mean")), "min": _round(s.scores.get("min")),
-            "median": _round(s.scores.get("50%")), "max": _round(s.scores.get("max")),
-            "errors": s.errors, "skipped": s.skipped,
-        })
-    return rows
+    """One table row per (link, evaluator), as a person reads it: percentages, counts of
+    what went wrong (the row's task errors are the link's: those rows never reached the
+    evaluator), the link only when there is more than one."""
+    many = summary.links > 1
+    return [_summary_row(s, summary, many) for s in summary.evaluators]
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
+def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"link": s.link_index} if with_link else {}
+    row.update({
+        "evaluator": s.evaluator, "pass rate": _pct(s.pass_rate),
+        "passed": f"{s.passed}/{s.verdicts + s.errors}" if s.pass_rate is not None else "",
+        "mean score": _num(s.scores.get("mean")), "min": _num(s.scores.get("min")),
+        "median": _num(s.scores.get("50%")), "max": _num(s.scores.get("max")),
+        "results": s.count, "evaluator errors": s.errors, "evaluator skips": s.skipped,
+        "task errors": summary.task_errors_by_link.get(s.link_index, 0),
+        "task skips": summary.skipped_tasks_by_link.get(s.link_index, 0),
+    })
+    return row
 
 
-def _cell(value: Any, width: int = 200) -> str:
+def _cell(value: Any, width: int = CELL_CHARS) -> str:
     text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
     text = " ".join(text.split()).replace("|", "\\|")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
+    """``rows`` (dicts with the same keys) as the lines of a markdown table."""
+    if not rows:
+        return ["(no evaluations)"]
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
 
 
 #: The record columns the report reads: the summary's, and the failures'.
@@ -68,46 +92,55 @@ def _failure_lines(df: pd.DataFrame) -> list[str]:
     failed = df[(df["status"] != STATUS_ERROR) & (df["pass"] == False)].head(FAILURES_SHOWN)  # noqa: E712
     lines = []
     if len(errors):
-        lines += ["", "## First errors", "", "| sid | link | step | error | message |",
-                  "|---|---|---|---|---|"]
-        for r in errors.itertuples():
-            step = r.evaluator_name if r.error_stage == "evaluator" else r.task_name
-            lines.append(f"| {_cell(r.sid)} | {r.link_index} | {_cell(step)} | "
-                         f"{_cell(r.error_type)} | {_cell(r.error_message)} |")
+        rows = [{"sid": r.sid, "link": r.link_index,
+                 "step": r.evaluator_name if r.error_stage == "evaluator" else r.task_name,
+                 "error": r.error_type, "message": r.error_message} for r in errors.itertuples()]
+        lines += ["", "## First errors", "", *markdown_table(rows)]
     if len(failed):
-        lines += ["", "## First failed evaluations", "", "| sid | link | evaluator | score | explanation |",
-                  "|---|---|---|---|---|"]
-        for r in failed.itertuples():
-            lines.append(f"| {_cell(r.sid)} | {r.link_index} | {_cell(r.evaluator_name)} | "
-                         f"{_cell(r.score)} | {_cell(r.explanation)} |")
+        rows = [{"sid": r.sid, "link": r.link_index, "evaluator": r.evaluator_name,
+                 "score": r.score, "explanation": r.explanation} for r in failed.itertuples()]
+        lines += ["", "## First failed evaluations", "", *markdown_table(rows)]
     return lines
 
 
-def report_markdown(title: str, summary: Summary, df: pd.DataFrame) -> str:
-    """The summary as text, then the first errors and failed evaluations."""
-    return "\n".join([f"# {title}", "", "```", summary.format(), "```", *_failure_lines(df)])
+def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str) -> str:
+    """The summary as a table, then the first errors and failed evaluations."""
+    totals = (f"{summary.samples} rows · task errors {summary.task_errors} · evaluator errors "
+              f"{summary.evaluator_errors} · skipped rows {summary.skipped_tasks}")
+    return "\n".join([f"# {title}", "", totals, "", *markdown_table(summary_rows(summary)),
+                      "", f"Results: `{where}`", *_failure_lines(df)])
 
 
-async def publish(project: str, experiment: str, summary: Summary, df: pd.DataFrame,
-                  results_path: Path) -> None:
+def results_link(location: str) -> tuple[str, str]:
+    """The link artifact's target and text for results at ``location`` (a local path or a
+    URL). A local path becomes a ``file://`` URL, which only its own machine opens: the
+    text names that machine."""
+    if "://" in location:
+        return location, location
+    from pathlib import Path
+
+    return Path(location).resolve().as_uri(), f"{socket.gethostname()}:{location}"
+
+
+async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
+                  location: str) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
-    title = f"Experiment {project}/{experiment}"
-    await acreate_table_artifact(summary_rows(summary), key=artifact_key(project, experiment, "summary"),
-                                 description=f"{title}: per-evaluator summary")
-    await acreate_markdown_artifact(report_markdown(title, summary, df),
-                                    key=artifact_key(project, experiment, "report"),
-                                    description=f"{title}: summary and first failures")
-    await acreate_link_artifact(results_path.resolve().as_uri(), link_text=str(results_path),
-                                key=artifact_key(project, experiment, "results"),
+    figures = f"{title}: {summary.headline()}"
+    await acreate_table_artifact(summary_rows(summary), key=artifact_key(series, "summary"),
+                                 description=figures)
+    await acreate_markdown_artifact(report_markdown(title, summary, df, location),
+                                    key=artifact_key(series, "report"), description=figures)
+    target, text = results_link(location)
+    await acreate_link_artifact(target, link_text=text, key=artifact_key(series, "results"),
                                 description=f"{title}: Parquet results")
 
 
 class ProgressArtifact:
     """A progress artifact moved every ``interval`` seconds while rows complete."""
 
-    def __init__(self, project: str, experiment: str, done: Callable[[], int], total: int,
+    def __init__(self, series: str, done: Callable[[], int], total: int,
                  interval: float = 1.0) -> None:
-        self.key = artifact_key(project, experiment, "progress")
+        self.key = artifact_key(series, "progress")
         self._done, self._total, self._interval = done, max(total, 1), interval
         self._task: asyncio.Task[None] | None = None
         self._id: Any = None

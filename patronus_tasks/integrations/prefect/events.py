@@ -44,6 +44,7 @@ class Call:
     start: dt.datetime
     retries: int
     retry_delay: float
+    inputs: dict[str, str] | None = None  # shown on the Task Inputs tab (`display`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,8 @@ class EventFormat:
             inputs["wait_for"] = [{"input_type": "task_run", "id": call.upstream}]
         if self.parent_task_run_id:
             inputs["__parents__"] = [{"input_type": "task_run", "id": self.parent_task_run_id}]
+        for name, shown in (call.inputs or {}).items():
+            inputs[name] = [{"input_type": "constant", "type": shown}]
         run: dict[str, Any] = {
             "name": call.name, "task_key": call.task_key, "dynamic_key": call.name,
             "tags": self.tags, "task_inputs": inputs, "run_count": run_count,

@@ -7,9 +7,12 @@ import datetime as dt
 import logging
 from typing import Any
 
+from prefect.states import Completed, Failed, State
+
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.integrations.prefect import artifacts as _artifacts
 from patronus_tasks.integrations.prefect import runs as _prefect
+from patronus_tasks.integrations.prefect import series as _series
 from patronus_tasks.integrations.prefect import server_hook as _server_hook
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
@@ -49,14 +52,52 @@ async def _rows_in_batches(spec: ExperimentSpec, flow_run_id: str, tally: RunTot
                   batches=lambda t, replay: run_batches(spec, flow_run_id, t, replay))
 
 
-async def _publish(spec: ExperimentSpec) -> tuple[Experiment, Summary]:
+def flow_parameters(spec: ExperimentSpec) -> dict[str, Any]:
+    """What the experiment's flow run shows as its parameters: what ran, on what data."""
+    tasks = [lk.task.name for lk in spec.links if lk.task]
+    return {
+        "project": spec.project_name, "experiment_name": spec.experiment_name,
+        "dataset": spec.dataset.source or "(in memory)",
+        "dataset_sha256": spec.dataset.content_hash(), "rows": len(spec.dataset),
+        "tags": spec.tags, "task": ", ".join(tasks) or None,
+        "evaluators": [e.name for lk in spec.links for e in lk.evaluators],
+        "max_concurrency": spec.max_concurrency, "series": spec.series,
+        "fail_on_regression": spec.fail_on_regression,
+    }
+
+
+async def _publish(spec: ExperimentSpec, title: str) -> tuple[Experiment, Summary]:
     """Publish the artifacts; return the experiment and its summary (read once)."""
     experiment = Experiment(spec.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
-    await _artifacts.publish(spec.project_name, spec.experiment_name, summary, df,
-                             experiment.results_path)
+    await _artifacts.publish(_series_key(spec), title, summary, df, str(experiment.results_path))
     return experiment, summary
+
+
+def _series_key(spec: ExperimentSpec) -> str:
+    return spec.series or spec.project_name
+
+
+async def _verdict(spec: ExperimentSpec, title: str, log: Any) -> State:
+    """Publish the results and the comparison; the flow run's final state says the
+    figures (its message, and the last log lines), failed when a gate failed."""
+    previous = await _series.previous_run(_series_key(spec))  # before ours is published
+    experiment, summary = await _publish(spec, title)
+    comparison = await _series.publish_comparison(_series_key(spec), title, previous, experiment)
+    failures = gate_failures(spec, experiment, summary)
+    if spec.fail_on_regression:
+        failures += _series.regression_failures(comparison)
+    message = f"{summary.headline()}. Results: {experiment.results_path}"
+    for line in (*summary.headlines(), _series.headline(comparison),
+                 f"results: {experiment.results_path}"):
+        log.info("%s", line)
+    if failures:
+        for failure in failures:
+            log.error("quality gate failed: %s", failure)
+        return Failed(message=f"quality gate failed: {'; '.join(failures)}. {message}",
+                      data=QualityGateError(failures, experiment))
+    return Completed(message=message)
 
 
 def _task_runner(spec: ExperimentSpec) -> Any:
@@ -77,31 +118,30 @@ async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
     Cancelled, its completed rows kept for a resume.
     """
     run: dict[str, Any] = {}
+    spec.series = await _series.series_of(spec.project_name, spec.series)  # the parent's
+    title = f"{spec.project_name}/{spec.experiment_name}"
 
-    async def body() -> None:
+    async def body(**_parameters: Any) -> State:
         from prefect.logging import get_run_logger
 
         flow_run_id = run["flow_run_id"] = _prefect.current_flow_run_id()
         assert flow_run_id is not None
         _server_hook.hint(get_run_logger())
         tally = RunTotals()
-        async with _artifacts.ProgressArtifact(spec.project_name, spec.experiment_name,
-                                               lambda: tally.rows, len(spec.dataset)):
+        async with _artifacts.ProgressArtifact(_series_key(spec), lambda: tally.rows,
+                                               len(spec.dataset)):
             if spec.backend == "batches":
                 await _rows_in_batches(spec, flow_run_id, tally)
             else:
                 await _rows_here(spec, flow_run_id, tally, run)
-        experiment, summary = await _publish(spec)
-        failures = gate_failures(spec, experiment, summary)
-        if failures:
-            raise QualityGateError(failures, experiment)
+        return await _verdict(spec, title, get_run_logger())
 
     started = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     try:
         await _prefect.run_as_flow(
             body, flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
             run_name=f"{spec.experiment_name} @ {started}", tags=spec.prefect_tags,
-            task_runner=_task_runner(spec))
+            parameters=flow_parameters(spec), task_runner=_task_runner(spec))
     except QualityGateError as exc:
         exc.experiment = Experiment(spec.out_dir, run.get("recorder"))
         await _caught_up(run.get("recorder"))

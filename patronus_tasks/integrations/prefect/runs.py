@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
@@ -17,22 +18,14 @@ from prefect.context import FlowRunContext
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
-from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, State, now
+from patronus_tasks.integrations.prefect.display import call_inputs, call_state
+from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, now
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.run.runner import Invocation, LocalStepRunner
 
 T = TypeVar("T")
 logger = logging.getLogger("patronus_tasks")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
-
-
-def call_state(inv: Invocation) -> State:
-    """The final state of a call's task run, from what came of it."""
-    if inv.error is None:
-        return State("COMPLETED", "Completed")
-    timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
-    return State("FAILED", "TimedOut" if timed_out else "Failed",
-                 f"{inv.error.type}: {inv.error.message}")
 
 
 class RecordingStepRunner(LocalStepRunner):
@@ -48,7 +41,7 @@ class RecordingStepRunner(LocalStepRunner):
     async def run(self, inv: Invocation, upstream: Any) -> None:
         step = inv.step
         call = Call(str(uuid.uuid4()), inv.run_name, f"{step.kind}-{step.name}", upstream, now(),
-                    step.retries, step.retry_delay_seconds)
+                    step.retries, step.retry_delay_seconds, call_inputs(inv))
         shown = asyncio.get_running_loop().call_later(
             RUNNING_AFTER, lambda: self.recorder.running(call, max(inv.attempts, 1)))
         token = _steplogs.CURRENT.set((self.recorder, call.task_run_id))
@@ -82,16 +75,24 @@ def current_flow_run_id() -> str | None:
     return str(ctx.flow_run.id) if ctx and ctx.flow_run else None
 
 
-async def run_as_flow(body: Callable[[], Awaitable[T]], *, flow_name: str, run_name: str,
-                      tags: list[str], task_runner: Any = None) -> T:
-    """Run ``body`` as one Prefect flow run (a subflow when called inside a flow)."""
+async def run_as_flow(body: Callable[..., Awaitable[T]], *, flow_name: str, run_name: str,
+                      tags: list[str], parameters: dict[str, Any] | None = None,
+                      task_runner: Any = None) -> T:
+    """Run ``body`` as one Prefect flow run (a subflow when called inside a flow).
+
+    ``parameters`` are what the flow run shows on its Parameters tab: ``body`` takes them
+    as keywords (``**kwargs``); the signature Prefect reads lists them one by one.
+    """
     options: dict[str, Any] = {"task_runner": task_runner} if task_runner is not None else {}
+    parameters = parameters or {}
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in parameters])
     experiment_flow = flow(
         name=flow_name, flow_run_name=lambda: run_name, persist_result=False,
         validate_parameters=False, **options,
     )(body)
     with prefect_tags(*tags):
-        return await experiment_flow()
+        return await experiment_flow(**parameters)
 
 
 async def mark_cancelled(flow_run_id: str, why: str) -> None:

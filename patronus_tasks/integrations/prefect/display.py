@@ -1,0 +1,66 @@
+"""What a call's task run shows in the Prefect UI: its state (the verdict) and its inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patronus_tasks.define.params import ROW_FIELDS
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.integrations.prefect.events import State
+from patronus_tasks.run.runner import Invocation
+
+#: Characters of one input value or explanation shown; the Parquet keeps them whole.
+SHOWN_CHARS = 160
+#: Row columns shown for a step taking the whole row (the first ones, besides the sid).
+SHOWN_COLUMNS = 12
+
+
+def short(value: Any, width: int = SHOWN_CHARS) -> str:
+    """``value`` on one line, cut with an ellipsis past ``width`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def call_state(inv: Invocation) -> State:
+    """The final state of a call's task run, from what came of it.
+
+    An evaluator's verdict is its state's name (``Passed`` / ``Not passed``, both of the
+    completed type: a failed verdict is a finding, not an error) and its score and the
+    start of its explanation the state's message. Errors are Failed (``TimedOut``).
+    """
+    if inv.error is not None:
+        timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
+        return State("FAILED", "TimedOut" if timed_out else "Failed",
+                     f"{inv.error.type}: {inv.error.message}")
+    if isinstance(inv.value, EvaluationResult):
+        return _verdict(inv.value)
+    if inv.value is None:  # a task's None ends the row; an evaluator's None is no verdict
+        return State("COMPLETED", "Skipped", f"{inv.step.kind} returned None")
+    return State("COMPLETED", "Completed")
+
+
+def _verdict(result: EvaluationResult) -> State:
+    name = {True: "Passed", False: "Not passed"}.get(result.pass_)  # type: ignore[arg-type]
+    if name is None:
+        name = "Completed" if result.score_raw is None else "Scored"
+    parts = [] if result.score_raw is None else [f"score {result.score_raw:g}"]
+    parts += [short(t) for t in (result.text_output, result.explanation) if t]
+    return State("COMPLETED", name, " · ".join(parts) or None)
+
+
+def call_inputs(inv: Invocation) -> dict[str, str]:
+    """The sample id and the row's fields this call received, each cut to one line.
+
+    Prefect keeps a task input as its kind and a ``type`` text only (no value), so these
+    travel as constants whose ``type`` is the value shown: what the Task Inputs tab lists.
+    """
+    shown = {"sid": inv.sid}
+    for name, value in inv.kwargs.items():
+        if name == "row" and value is not None:
+            columns = [(str(k), v) for k, v in value.items() if k != "sid"]
+            shown.update((k, short(v)) for k, v in columns[:SHOWN_COLUMNS])
+        elif name == "task_result" and isinstance(value, TaskResult):
+            shown["evaluated_model_output"] = short(value.evaluated_model_output)
+        elif name in ROW_FIELDS:
+            shown[name] = short(value)
+    return shown

@@ -1,0 +1,165 @@
+"""An experiment's series: the runs of one deployment (or flow) and project, night after night.
+
+Their artifacts share keys, so the Prefect UI's history of a key is the series' history;
+each run compares itself with the previous run of its series, found as the latest
+version of the series' results link (the server is the one registry every worker sees).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.sorting import ArtifactSort
+from prefect.context import FlowRunContext
+
+from patronus_tasks.integrations.prefect.artifacts import artifact_key, markdown_table
+from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
+from patronus_tasks.results.experiment import Experiment
+
+logger = logging.getLogger("patronus_tasks")
+#: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
+ALPHA = 0.05
+ROWS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """Where the series' previous run keeps its results, and its flow run."""
+
+    location: str
+    flow_run_id: str | None
+
+
+async def series_of(project: str, given: str | None) -> str:
+    """The series: ``given``, else the deployment (or flow) this runs in and the project.
+
+    Called before the experiment's own flow run starts, so the context is its parent's.
+    """
+    if given:
+        return given
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return project  # run on its own: its flow is the project's
+    owner = ctx.flow.name if ctx.flow else ctx.flow_run.name
+    if ctx.flow_run.deployment_id is not None:
+        async with get_client() as client:
+            deployment = await client.read_deployment(ctx.flow_run.deployment_id)
+        owner = f"{owner}/{deployment.name}"
+    return f"{owner}/{project}"
+
+
+async def previous_run(series: str) -> PreviousRun | None:
+    """The latest results link of ``series`` (ask before publishing this run's)."""
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
+            sort=ArtifactSort.CREATED_DESC, limit=1)
+    if not found:
+        return None
+    link = re.search(r"\]\((.*)\)$", str(found[0].data or ""))
+    target = link.group(1) if link else str(found[0].data)
+    return PreviousRun(target, str(found[0].flow_run_id) if found[0].flow_run_id else None)
+
+
+def experiment_at(results_url: str) -> Experiment:
+    """The experiment whose results file is at ``results_url`` (a link artifact's target)."""
+    parsed = urlparse(results_url)
+    if parsed.scheme in ("", "file"):
+        return Experiment(Path(unquote(parsed.path)).parent)
+    return Experiment(results_url.rsplit("/", 1)[0])
+
+
+def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison | str:
+    """This run against the previous one, or why there is nothing to compare with."""
+    if previous is None:
+        return "This is the first run of its series: nothing to compare with yet."
+    try:
+        return compare_experiments(experiment_at(previous.location), this)
+    except Exception as exc:  # gone or unreadable: say so, the run itself is fine
+        logger.warning("could not read the previous run's results at %s: %s",
+                       previous.location, exc)
+        return f"The previous run's results at `{previous.location}` could not be read: {exc}"
+
+
+def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
+    lo, hi = e.pass_diff_ci or (None, None)
+    mlo, mhi = e.mean_diff_ci or (None, None)
+    return {
+        "evaluator": e.evaluator, "link": e.link_index, "paired rows": e.paired,
+        "previous pass rate": _pct(e.pass_rate_a), "this pass rate": _pct(e.pass_rate_b),
+        "difference": _pct(e.pass_diff, signed=True),
+        "95% interval": f"[{_pct(lo, True)}, {_pct(hi, True)}]" if lo is not None else "",
+        "McNemar p": _num(e.mcnemar_p),
+        "previous mean": _num(e.mean_a), "this mean": _num(e.mean_b),
+        "mean difference": f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "",
+        "mean 95% interval": f"[{mlo:+.3g}, {mhi:+.3g}]" if mlo is not None else "",
+        "regressed rows": len(e.regressed), "improved rows": len(e.improved),
+        "significant regression": "yes" if e.regressed_significantly(ALPHA) else "no",
+    }
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    return "" if value is None else (f"{value:+.1%}" if signed else f"{value:.1%}")
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def comparison_markdown(title: str, comparison: Comparison | str,
+                        previous: PreviousRun | None) -> str:
+    """The comparison as a table, then the rows that regressed, per evaluator."""
+    lines = [f"# {title} vs the previous run", ""]
+    if isinstance(comparison, str):
+        return "\n".join([*lines, comparison])
+    assert previous is not None
+    run = f" (flow run `{previous.flow_run_id}`)" if previous.flow_run_id else ""
+    lines += [f"Previous run: `{comparison.a}`{run}, results `{previous.location}`. "
+              f"Rows paired by sample id; only in the previous run: {comparison.only_in_a}, "
+              f"only in this one: {comparison.only_in_b}.", ""]
+    lines += markdown_table([_comparison_row(e) for e in comparison.evaluators])
+    for e in comparison.evaluators:
+        if e.regressed:
+            more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""
+            lines += ["", f"**{e.evaluator}** regressed on: "
+                      + ", ".join(f"`{s}`" for s in e.regressed[:ROWS_SHOWN]) + more]
+    return "\n".join(lines)
+
+
+def regression_failures(comparison: Comparison | str) -> list[str]:
+    """One message per evaluator that regressed significantly."""
+    if isinstance(comparison, str):
+        return []
+    return [f"{e.evaluator} [link {e.link_index}] regressed against the previous run "
+            + (f"(pass rate {e.pass_diff:+.1%}, McNemar p={e.mcnemar_p:.3g})"
+               if e.pass_diff is not None and e.mcnemar_p is not None
+               else f"(mean score {e.mean_diff:+.3g}, bootstrap p={e.score_p:.3g})")
+            for e in comparison.significant_regressions(ALPHA)]
+
+
+def headline(comparison: Comparison | str) -> str:
+    """The comparison in one line, for the artifact's description (its history)."""
+    if isinstance(comparison, str):
+        return "no previous run to compare with"
+    parts = [f"{e.evaluator} {e.pass_diff:+.1%} (p={e.mcnemar_p:.2g})" if e.pass_diff is not None
+             and e.mcnemar_p is not None else f"{e.evaluator} {e.mean_diff or 0:+.3g}"
+             for e in comparison.evaluators]
+    return "vs previous: " + ("; ".join(parts) or "no paired evaluations")
+
+
+async def publish_comparison(series: str, title: str, previous: PreviousRun | None,
+                             this: Experiment) -> Comparison | str:
+    """Compare ``this`` with the series' previous run; publish ``<series>-vs-previous``."""
+    comparison = compare_with(previous, this)
+    await acreate_markdown_artifact(comparison_markdown(title, comparison, previous),
+                                    key=artifact_key(series, "vs-previous"),
+                                    description=f"{title}: {headline(comparison)}")
+    return comparison

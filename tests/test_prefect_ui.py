@@ -1,0 +1,206 @@
+"""What the Prefect UI shows of an experiment, read back through the Prefect API of a real
+server: verdicts as task-run states, inputs, the flow run's parameters and final state,
+and a series of runs comparing each with the previous one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterKey,
+    FlowRunFilter,
+    FlowRunFilterId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+
+from patronus_tasks import (
+    EvaluationResult,
+    QualityGateError,
+    Row,
+    TaskResult,
+    evaluator,
+    run_experiment,
+    task,
+)
+from patronus_tasks.integrations.prefect.artifacts import artifact_key
+from patronus_tasks.results.compare import compare_experiments
+
+LONG = "the rows differ because " + "of many reasons " * 30
+
+
+@task
+def echo(row: Row) -> str:
+    if row.kind == "boom":
+        raise ValueError("model down")
+    return str(row.text)
+
+
+@evaluator
+def matches(task_result: TaskResult, evaluated_model_gold_answer: str, row: Row) -> EvaluationResult:
+    if row.kind == "judge-breaks":
+        raise RuntimeError("judge unavailable")
+    same = task_result.evaluated_model_output == evaluated_model_gold_answer
+    return EvaluationResult(pass_=same, score_raw=float(same), explanation=None if same else LONG)
+
+
+DATA = [
+    {"sid": "q01", "text": "a", "evaluated_model_gold_answer": "a", "kind": "ok"},
+    {"sid": "q02", "text": "b", "evaluated_model_gold_answer": "B", "kind": "ok"},
+    {"sid": "q03", "text": "c", "evaluated_model_gold_answer": "c", "kind": "boom"},
+    {"sid": "q04", "text": "d", "evaluated_model_gold_answer": "d", "kind": "judge-breaks"},
+]
+
+
+async def _read(flow_run_id: str, last_log: str) -> tuple[Any, dict[str, Any], list[str]]:
+    """The flow run, its task runs, and its logs once ``last_log`` is among them (Prefect
+    ships logs every few seconds)."""
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        for _ in range(60):
+            logs = [log.message for log in await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+            if last_log in logs:
+                break
+            await asyncio.sleep(0.5)
+    return flow_run, {r.name: r for r in runs}, logs
+
+
+def _shown(run: Any) -> dict[str, str]:
+    """A task run's inputs other than its upstream run: name -> the value shown."""
+    return {k: v[0].type for k, v in run.task_inputs.items() if k != "wait_for"}
+
+
+def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
+        prefect_server: str, results_dir: Path) -> None:
+    exp = run_experiment("ui-verdicts", data=DATA, task=echo, evaluators=matches,
+                         experiment_name="v1", results_dir=results_dir, print_summary=False,
+                         max_concurrency=2, tags={"suite": "ui"})
+    assert exp.wait_recorded(60)
+    flow_run, runs, logs = asyncio.run(_read(exp.manifest["flow_run_id"],
+                                             f"results: {exp.results_path}"))
+    states = {n: (r.state.type.value, r.state.name) for n, r in runs.items()}
+    assert states == {
+        "echo-q01": ("COMPLETED", "Completed"), "matches-q01": ("COMPLETED", "Passed"),
+        "echo-q02": ("COMPLETED", "Completed"), "matches-q02": ("COMPLETED", "Not passed"),
+        "echo-q03": ("FAILED", "Failed"),
+        "echo-q04": ("COMPLETED", "Completed"), "matches-q04": ("FAILED", "Failed"),
+    }
+    assert runs["matches-q01"].state.message == "score 1"
+    failed_verdict = runs["matches-q02"].state.message
+    assert failed_verdict.startswith("score 0 · the rows differ because of many")
+    assert failed_verdict.endswith("…") and len(failed_verdict) < 200
+    assert runs["matches-q04"].state.message == "RuntimeError: judge unavailable"
+    # Inputs: the sample id and the fields received, never the runner's internals.
+    assert _shown(runs["matches-q02"]) == {
+        "sid": "q02", "evaluated_model_output": "b", "evaluated_model_gold_answer": "B",
+        "text": "b", "kind": "ok"}
+    assert _shown(runs["echo-q01"]) == {"sid": "q01", "text": "a",
+                                        "evaluated_model_gold_answer": "a", "kind": "ok"}
+    # The flow run: real parameters, figures in its final state and last logs.
+    assert flow_run.parameters == {
+        "project": "ui-verdicts", "experiment_name": "v1", "dataset": "(in memory)",
+        "dataset_sha256": exp.info.dataset.sha256, "rows": 4, "tags": {"suite": "ui"},
+        "task": "echo", "evaluators": ["matches"], "max_concurrency": 2,
+        "series": "ui-verdicts", "fail_on_regression": False}
+    message = flow_run.state.message
+    assert flow_run.state.is_completed()
+    assert "matches 33.3% passed (1/3)" in message  # the evaluator's error counts as not passed
+    assert "task errors 1, evaluator errors 1" in message and str(exp.results_path) in message
+    last = logs.index(f"results: {exp.results_path}")
+    assert logs[last - 3: last + 2] == [
+        "matches 33.3% passed (1/3)", "task errors 1, evaluator errors 1",
+        "no previous run to compare with", f"results: {exp.results_path}",
+        f"Finished in state Completed('{message}')"]
+
+
+async def _artifacts(series: str, kind: str) -> list[Any]:
+    async with get_client() as client:
+        return list(await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, kind)]))))
+
+
+@task
+def answer(row: Row) -> str:
+    return str(row.answer)
+
+
+@evaluator
+def right(task_result: TaskResult, evaluated_model_gold_answer: str) -> bool:
+    return task_result.evaluated_model_output == evaluated_model_gold_answer
+
+
+@flow(name="ui-nightly")
+def nightly(wrong: int, fail_on_regression: bool = False) -> dict[str, Any]:
+    """Twenty questions, the first ``wrong`` answered wrongly."""
+    data = [{"sid": f"s{i:02d}", "evaluated_model_gold_answer": "yes",
+             "answer": "no" if i < wrong else "yes"} for i in range(20)]
+    exp = run_experiment("ui-series", data=data, task=answer, evaluators=[right],
+                         print_summary=False, fail_on_regression=fail_on_regression)
+    return {"path": str(exp.path), "flow_run_id": exp.manifest["flow_run_id"]}
+
+
+def test_runs_of_a_flow_form_a_series_compared_run_to_run(
+        prefect_server: str, results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(results_dir))
+    first = nightly(wrong=0)
+    second = nightly(wrong=1)
+    with pytest.raises(QualityGateError) as gate:
+        nightly(wrong=9, fail_on_regression=True)
+    third = gate.value.experiment
+    series = "ui-nightly/ui-series"
+    assert third.info.series == series
+    summaries = asyncio.run(_artifacts(series, "summary"))
+    assert len(summaries) == 3  # one key for the series: its history is the nightly history
+    flow_runs = {str(a.flow_run_id) for a in summaries}
+    assert flow_runs == {first["flow_run_id"], second["flow_run_id"], third.manifest["flow_run_id"]}
+    newest = max(summaries, key=lambda a: a.created)
+    assert "right 55.0% passed (11/20)" in (newest.description or "")
+    compared = sorted(asyncio.run(_artifacts(series, "vs-previous")), key=lambda a: a.created)
+    assert "first run of its series" in compared[0].data
+    from patronus_tasks import Experiment
+
+    expected = compare_experiments(Experiment(second["path"]), third).evaluators[0]
+    assert expected.pass_diff == pytest.approx(-0.4)
+    assert (expected.mcnemar_b, expected.mcnemar_c) == (8, 0)
+    table = compared[2].data
+    assert f"| right | 0 | 20 | 95.0% | 55.0% | {expected.pass_diff:+.1%} |" in table
+    lo, hi = expected.pass_diff_ci
+    assert f"[{lo:+.1%}, {hi:+.1%}] | {expected.mcnemar_p:.3g} |" in table
+    assert "| 8 | 0 | yes |" in table  # regressed rows, improved rows, significant
+    assert "`s01`, `s02`" in table and "`s00`" not in table  # s00 was wrong both times
+    assert "-5.0%" in compared[1].data and "| no |" in compared[1].data  # not significant
+    asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
+
+
+async def _assert_failed(flow_run_id: str) -> None:
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+    assert run.state.is_failed()
+    assert "right [link 0] regressed against the previous run (pass rate -40.0%" in run.state.message
+    assert "right 55.0% passed (11/20)" in run.state.message
+
+
+def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir: Path) -> None:
+    exp = run_experiment("ui-tables", data=DATA, task=echo, evaluators=[matches],
+                         experiment_name="t", results_dir=results_dir, print_summary=False)
+    table = asyncio.run(_artifacts("ui-tables", "summary"))[0].data
+    rows = table if isinstance(table, list) else json.loads(table)
+    assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",
+                     "mean score": "0.5", "min": "0", "median": "0.5", "max": "1",
+                     "results": 2, "evaluator errors": 1, "evaluator skips": 0,
+                     "task errors": 1, "task skips": 0}]
+    report = asyncio.run(_artifacts("ui-tables", "report"))[0].data
+    assert "| evaluator | pass rate | passed |" in report  # the summary as a table
+    assert "| matches | 33.3% | 1/3 |" in report
+    assert LONG[:100] in report and LONG not in report and "…" in report
+    assert exp.info.series == "ui-tables"
