@@ -57,12 +57,12 @@ class Client:
         """This client's ``results_dir`` and ``backend`` where a call does not give its own."""
         return {"results_dir": self.results_dir, "backend": self.backend, **options}
 
-    def experiment(self, project_name: str, *, data: DataInput,
+    def experiment(self, project_name: str, *, data: DataInput | None = None,
                    **options: Unpack[RunOptions]) -> Experiment:
         """Run an experiment and return it; the options are `run_experiment`'s."""
         return run_experiment(project_name, data=data, **self._defaults(options))
 
-    async def experiment_async(self, project_name: str, *, data: DataInput,
+    async def experiment_async(self, project_name: str, *, data: DataInput | None = None,
                                **options: Unpack[RunOptions]) -> Experiment:
         """Async form of `experiment`."""
         return await arun_experiment(project_name, data=data, **self._defaults(options))

@@ -19,7 +19,7 @@ from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.results.gates import check_fail_on_error
-from patronus_tasks.run.options import Backend, ExperimentOptions, resolved
+from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
 
 #: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
@@ -48,6 +48,7 @@ class ExperimentSpec:
     task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
     dask_address: str | None = None
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
+    reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -178,7 +179,7 @@ def _check_batches(backend: Any) -> None:
             "private to this process.")
 
 
-def make_spec(project_name: str, *, data: DataInput,
+def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
     if not project_name or not isinstance(project_name, str):
@@ -190,7 +191,7 @@ def make_spec(project_name: str, *, data: DataInput,
         raise ConfigError(f"max_concurrency must be a whole number >= 1, not {concurrency!r}.")
     check_fail_on_error(o["fail_on_error"])
     links = build_chain(o["task"], o["evaluators"], o["chain"])
-    dataset = load_dataset(data)
+    dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     root = Path(o["results_dir"]) if o["results_dir"] is not None else default_results_dir()
@@ -199,7 +200,7 @@ def make_spec(project_name: str, *, data: DataInput,
                           fail_on_error=o["fail_on_error"],
                           min_pass_rates=dict(o["min_pass_rates"] or {}),
                           task_runner=task_runner, dask_address=o["dask_address"],
-                          on_progress=o["on_progress"])
+                          on_progress=o["on_progress"], reporters=tuple(o["reporters"] or ()))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:
