@@ -21,7 +21,8 @@ SURFACE = {
         "ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint",
     },
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
-    "patronus_tasks.patronus": {"RemoteAPIError", "RemoteEvaluator", "patronus_endpoint"},
+    "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
+                                "RemoteEvaluator", "patronus_endpoint"},
     "patronus_tasks.prefect": {"experiment_flow_run_name"},
 }
 

@@ -26,8 +26,10 @@ class Dataset:
     same inputs as `load_dataset` directly.
     """
 
-    def __init__(self, df: pd.DataFrame, source: str | None = None) -> None:
+    def __init__(self, df: pd.DataFrame, source: str | None = None,
+                 dataset_id: str | None = None) -> None:
         self.source = source
+        self.dataset_id = dataset_id  # a Patronus dataset's id (`Client.remote_dataset`)
         self.df = _with_sid(df, source)
         self._hash: str | None = None
 
