@@ -253,3 +253,15 @@ def test_a_full_queue_holds_the_rows_back_and_drops_nothing(
                          print_summary=False)
     assert sorted(r["dataset_sample_id"] for b in api.exported for r in b) == list(range(1, 31))
     assert exp.manifest["reports"]["patronus"]["exported"] == 30
+
+
+def test_report_to_patronus_on_prefect(patronus: tuple[FakeServer, PatronusAPI],
+                                       results_dir: Path, prefect_server: str) -> None:
+    _, api = patronus
+    exp = Client(results_dir=results_dir, report_to_patronus=True).experiment(
+        "sdk", data=[{"evaluated_model_input": f"q{i}", "evaluated_model_gold_answer": "x"}
+                     for i in range(12)],
+        task=simple_task(str.upper), evaluators=simple_evaluator(lambda o, g: o == g),
+        print_summary=False)
+    assert sum(len(b) for b in api.exported) == 12
+    assert exp.manifest["reports"]["patronus"]["exported"] == 12
