@@ -18,6 +18,7 @@ from patronus_tasks.client import Client  # noqa: E402
 from patronus_tasks.define.chain import Link, Parent  # noqa: E402
 from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
 from patronus_tasks.define.row import Row  # noqa: E402
+from patronus_tasks.define.simple import simple_evaluator, simple_task  # noqa: E402
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult  # noqa: E402
 from patronus_tasks.define.steps import Evaluator, Task, evaluator, task  # noqa: E402
 from patronus_tasks.exceptions import (  # noqa: E402
@@ -67,5 +68,7 @@ __all__ = [
     "read_csv",
     "read_jsonl",
     "run_experiment",
+    "simple_evaluator",
+    "simple_task",
     "task",
 ]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from typing_extensions import Unpack
 
-from patronus_tasks.define.dataset import DataInput
+from patronus_tasks.define.dataset import DataInput, aload_data
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import observers
@@ -41,32 +41,34 @@ async def _run(spec: ExperimentSpec) -> Experiment:
     return experiment
 
 
-async def arun_experiment(project_name: str, *, data: DataInput,
+async def arun_experiment(project_name: str, *, data: DataInput | None = None,
                           **options: Unpack[RunOptions]) -> Experiment:
     """Run an experiment (async form of `run_experiment`)."""
-    experiment_options, print_summary = split_run(options)
-    spec = make_spec(project_name, data=data, **experiment_options)
+    experiment_options, wanted = split_run(options)
+    if "dataset" in experiment_options:  # remote datasets load here, in this loop
+        experiment_options["dataset"] = await aload_data(experiment_options["dataset"])
+    spec = make_spec(project_name, data=await aload_data(data), **experiment_options)
     steps = spec.steps()
     try:
         for step in steps:  # look-ups and connections, before any row is run
             await step.setup()
         experiment = await _run(spec)
     except QualityGateError as exc:
-        _finished(exc.experiment, print_summary)  # type: ignore[arg-type]
+        _finished(exc.experiment, wanted)  # type: ignore[arg-type]
         raise
     finally:
         for step in steps:
             await step.aclose()
-    _finished(experiment, print_summary)
+    _finished(experiment, wanted)
     return experiment
 
 
-def _finished(experiment: Experiment, print_summary: bool) -> None:
+def _finished(experiment: Experiment, wanted: dict[str, bool]) -> None:
     for observer in observers.current():
         if observer.on_finished is not None:
             observer.on_finished(experiment)
-    if print_summary:
-        print(experiment.format_summary())
+    if wanted["print_summary"]:
+        print(experiment.format_summary(display_hist=wanted["display_hist"]))
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -101,7 +103,7 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(ctx.run, asyncio.run, coro).result()
 
 
-def run_experiment(project_name: str, *, data: DataInput,
+def run_experiment(project_name: str, *, data: DataInput | None = None,
                    **options: Unpack[RunOptions]) -> Experiment:
     """Run an experiment: every row through the task and evaluators (or the ``chain``).
 
@@ -128,8 +130,10 @@ def run_experiment(project_name: str, *, data: DataInput,
     The options (`RunOptions`: ``task``, ``evaluators``, ``chain``, ``tags``,
     ``experiment_name``, ``max_concurrency`` (default 10), ``results_dir``, ``backend``,
     ``resume``, ``retry_errors``, ``experiment_id``, ``fail_on_error``,
-    ``min_pass_rates``, ``dask_address``, ``print_summary`` (default True)) are declared
-    once in `patronus_tasks.run.options`; an unknown one is a `ConfigError`.
+    ``min_pass_rates``, ``dask_address``, ``dataset`` (the Patronus SDK's name of
+    ``data``), ``reporters``, ``print_summary`` (default True), ``display_hist`` (score
+    histograms in that summary, default True)) are declared once in
+    `patronus_tasks.run.options`; an unknown one is a `ConfigError`.
     """
     split_run(options)  # a mistake is a ConfigError here, before any loop starts
     return _run_sync(arun_experiment(project_name, data=data, **options))

@@ -1,6 +1,13 @@
-"""The Patronus API: remote evaluators (opt-in, through ``PATRONUS_API_KEY``)."""
+"""The Patronus API: remote evaluators and datasets, and experiment results on the
+platform (opt-in, through ``PATRONUS_API_KEY``)."""
 
 from patronus_tasks.exceptions import RemoteAPIError
-from patronus_tasks.integrations.patronus import RemoteEvaluator, patronus_endpoint
+from patronus_tasks.integrations.patronus import (
+    PatronusReporter,
+    RemoteDataset,
+    RemoteEvaluator,
+    patronus_endpoint,
+)
 
-__all__ = ["RemoteAPIError", "RemoteEvaluator", "patronus_endpoint"]
+__all__ = ["PatronusReporter", "RemoteAPIError", "RemoteDataset", "RemoteEvaluator",
+           "patronus_endpoint"]

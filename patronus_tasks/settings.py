@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 RESULTS_DIR_ENV = "PATRONUS_TASKS_RESULTS_DIR"
+#: ``1`` (or true/yes/on) sends every `Client`'s experiment results to the Patronus
+#: platform too, as ``Client(report_to_patronus=True)`` does.
+REPORT_ENV = "PATRONUS_REPORT"
 
 #: Server-side settings for the Prefect servers this package starts (the built-in one,
 #: `server up`'s). With Prefect's defaults a server records ~25 task runs/s; bigger
@@ -32,3 +35,8 @@ SERVER_NICE = 10
 def default_results_dir() -> Path:
     """``$PATRONUS_TASKS_RESULTS_DIR``, else ``./results``."""
     return Path(os.environ.get(RESULTS_DIR_ENV) or "results")
+
+
+def report_to_patronus() -> bool:
+    """Whether ``$PATRONUS_REPORT`` asks for results on the Patronus platform."""
+    return os.environ.get(REPORT_ENV, "").strip().lower() in ("1", "true", "yes", "on")

@@ -93,15 +93,25 @@ def echo_chat(req: Recorded) -> Reply:
 
 
 class PatronusAPI:
-    """A stand-in for the Patronus v1 API: evaluators, criteria and evaluations.
+    """A stand-in for the Patronus v1 API: evaluators, criteria, evaluations, and the
+    platform (``whoami``, datasets in ``datasets``, projects, experiments, and the
+    exported results, each accepted batch in ``exported``).
 
     ``faults`` is a list of what to do to the next ``/v1/evaluate`` requests, one item
     each: ``"429"`` (with ``Retry-After``), ``"500"``, ``"400"``, ``"garbage"`` (a body
-    that is not JSON) or ``"hang"`` (answer only after ``hang_seconds``).
+    that is not JSON) or ``"hang"`` (answer only after ``hang_seconds``);
+    ``export_faults`` the HTTP statuses to answer the next exports with (``"500"``...),
+    ``export_rejects`` sample ids whose batches always fail.
     """
 
     def __init__(self) -> None:
         self.criteria: dict[str, dict[str, Any]] = {}
+        self.datasets: dict[str, list[dict[str, Any]]] = {}
+        self.projects: dict[str, str] = {}  # name -> id
+        self.experiments: dict[str, dict[str, Any]] = {}
+        self.exported: list[list[dict[str, Any]]] = []  # each accepted batch of results
+        self.export_faults: list[str] = []  # like `faults`, for the export endpoint
+        self.export_rejects: set[int] = set()  # a batch with these sample ids: always 500
         self.faults: list[str] = []
         self.hang_seconds = 3.0
         self.delay = 0.0
@@ -130,7 +140,43 @@ class PatronusAPI:
             return 200, {}, {"evaluator_criteria": crit}
         if path == "/v1/evaluate":
             return self._evaluate(req)
+        return self._platform(req, path)
+
+    def _platform(self, req: Recorded, path: str) -> Reply:
+        """Datasets, projects, experiments and exported results."""
+        if path == "/v1/whoami":
+            return 200, {}, {"caller": {"api_key": {"id": "key-1",
+                                                    "account": {"id": "acc-7", "name": "Acme"}}}}
+        if path.startswith("/v1/datasets/") and path.endswith("/data"):
+            found = self.datasets.get(path.split("/")[3])
+            return (200, {}, {"data": found}) if found is not None else (
+                404, {}, {"detail": "dataset not found"})
+        if path == "/v1/projects":
+            pid = self.projects.setdefault(req.body["name"], f"proj-{len(self.projects) + 1}")
+            return 200, {}, {"id": pid, "name": req.body["name"]}
+        if path == "/v1/experiments":
+            exp = {**req.body, "id": f"exp-{len(self.experiments) + 1}"}
+            self.experiments[exp["id"]] = exp
+            return 200, {}, {"experiment": exp}
+        if path == "/v1/evaluation-results/batch":
+            return self._export(req)
         return 404, {}, {"detail": "not found"}
+
+    def _export(self, req: Recorded) -> Reply:
+        with self._lock:
+            fault = self.export_faults.pop(0) if self.export_faults else None
+        results = req.body["evaluation_results"]
+        if any(r.get("dataset_sample_id") in self.export_rejects for r in results):
+            fault = "500"
+        if fault is not None:
+            return int(fault), {}, {"detail": f"fault {fault}"}
+        if len(results) > 10:  # the real API's limit
+            return 422, {}, {"detail": "at most 10 evaluation results per call"}
+        with self._lock:
+            self.exported.append(results)
+        return 200, {}, {"evaluation_results": [
+            {"id": f"r{i}", "app": None, "created_at": "2024-01-01T00:00:00Z",
+             "evaluator_id": r["evaluator_id"]} for i, r in enumerate(results)]}
 
     def _evaluate(self, req: Recorded) -> Reply:
         with self._lock:

@@ -11,7 +11,7 @@ SURFACE = {
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
         "Summary", "Task", "TaskResult", "UnparseableResponseError", "__version__",
         "arun_experiment", "evaluator", "load_dataset", "read_csv", "read_jsonl",
-        "run_experiment", "task",
+        "run_experiment", "simple_evaluator", "simple_task", "task",
     },
     "patronus_tasks.results": {
         "Comparison", "ErrorInfo", "EvaluatorComparison", "EvaluatorStats", "Experiment",
@@ -21,7 +21,8 @@ SURFACE = {
         "ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint",
     },
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
-    "patronus_tasks.patronus": {"RemoteAPIError", "RemoteEvaluator", "patronus_endpoint"},
+    "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
+                                "RemoteEvaluator", "patronus_endpoint"},
     "patronus_tasks.prefect": {"experiment_flow_run_name"},
 }
 

@@ -79,8 +79,10 @@ def _link(spec: Mapping[str, Any], index: int) -> Link:
 
 
 def build_chain(task: Task | None, evaluators: Sequence[Evaluator] | Evaluator | None,
-                chain: Sequence[Mapping[str, Any]] | None) -> tuple[Link, ...]:
+                chain: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None) -> tuple[Link, ...]:
     """The experiment's links from either ``task``/``evaluators`` or ``chain``, never both."""
+    if isinstance(chain, Mapping):  # one link given where a list is expected
+        chain = [chain]
     if chain is not None:
         if task is not None or evaluators:
             raise ConfigError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,7 +15,7 @@ from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.row import Row, Sample
 from patronus_tasks.exceptions import DatasetError
 
-DataInput = Union["Dataset", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
+DataInput = Union["Dataset", "DatasetLoader", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
 
@@ -25,8 +26,10 @@ class Dataset:
     same inputs as `load_dataset` directly.
     """
 
-    def __init__(self, df: pd.DataFrame, source: str | None = None) -> None:
+    def __init__(self, df: pd.DataFrame, source: str | None = None,
+                 dataset_id: str | None = None) -> None:
         self.source = source
+        self.dataset_id = dataset_id  # a Patronus dataset's id (`Client.remote_dataset`)
         self.df = _with_sid(df, source)
         self._hash: str | None = None
 
@@ -59,6 +62,41 @@ class Dataset:
             text = self.df.to_json(orient="records", default_handler=str)
             self._hash = hashlib.sha256(text.encode()).hexdigest()
         return self._hash
+
+
+class DatasetLoader:
+    """A dataset fetched when the experiment starts, once (`Client.remote_dataset`).
+
+    Subclasses implement ``fetch``; experiments accept a loader wherever they take data.
+    """
+
+    def __init__(self) -> None:
+        self.dataset: Dataset | None = None
+
+    async def fetch(self) -> Dataset:
+        raise NotImplementedError
+
+    async def load(self) -> Dataset:
+        """The dataset, fetched on first use."""
+        if self.dataset is None:
+            self.dataset = await self.fetch()
+        return self.dataset
+
+
+async def aload_data(data: Any) -> Any:
+    """``data`` with a `DatasetLoader` loaded (in the caller's loop); anything else as is."""
+    return await data.load() if isinstance(data, DatasetLoader) else data
+
+
+def _loaded(loader: DatasetLoader) -> Dataset:
+    if loader.dataset is not None:
+        return loader.dataset
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(loader.load())
+    raise DatasetError(f"{loader!r} is not loaded yet: `await loader.load()` first "
+                       "(experiments load it themselves).")
 
 
 def _where(source: str | None) -> str:
@@ -184,10 +222,13 @@ def _check_field_names(fields: Mapping[str, Any]) -> None:
 def load_dataset(data: DataInput) -> Dataset:
     """Turn any accepted ``data=`` value into a `Dataset`.
 
-    Accepts a `Dataset`, a DataFrame, a list of dicts, or a path to CSV, JSONL or Parquet.
+    Accepts a `Dataset`, a `DatasetLoader`, a DataFrame, a list of dicts, or a path to
+    CSV, JSONL or Parquet.
     """
     if isinstance(data, Dataset):
         return data
+    if isinstance(data, DatasetLoader):
+        return _loaded(data)
     if isinstance(data, pd.DataFrame):
         return Dataset(data.copy())
     if isinstance(data, (str, Path)):

@@ -132,3 +132,17 @@ def to_evaluation_result(value: Any) -> EvaluationResult | None:
         "an evaluator must return bool, a number, str, EvaluationResult or None, "
         f"not {type(value).__name__}"
     )
+
+
+_MODEL_FACTS = ("name", "provider", "params", "selected_model")
+
+
+def with_model_facts(result: TaskResult, values: dict[str, Any]) -> TaskResult:
+    """``result`` with the row's ``meta_evaluated_model_*`` values (a Patronus dataset's
+    columns) as the model facts it does not set itself."""
+    update = {}
+    for fact in _MODEL_FACTS:
+        value = values.get(f"meta_evaluated_model_{fact}")
+        if value is not None and getattr(result, f"evaluated_model_{fact}") is None:
+            update[f"evaluated_model_{fact}"] = value
+    return result.model_copy(update=update) if update else result

@@ -121,8 +121,10 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
     count = max(1, min(len(df), workers * BATCHES_PER_WORKER))
     size = math.ceil(len(df) / count)
     columns, starts = _parquet.dataset_schema(spec.dataset.df), range(0, len(df), size)
-    return [Batch(replace(spec, dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
-                                                spec.dataset.source)),
+    # Reporters stay here (they hold this loop's queue): the results go to them at the end.
+    return [Batch(replace(spec, reporters=(),
+                          dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
+                                          spec.dataset.source, spec.dataset.dataset_id)),
                   n, flow_run_id, columns, share=len(starts),
                   replay=_replay_of(replay, df["sid"].iloc[i:i + size]))
             for n, i in enumerate(starts)]

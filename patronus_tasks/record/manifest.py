@@ -67,7 +67,10 @@ class Manifest(_Model):
     git_commit: str | None = None
     python: str | None = None
     prefect: PrefectRecords | None = None
+    #: What each reporter (results sent elsewhere: ``patronus``) says it did.
+    reports: dict[str, dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON file's content (the ``prefect`` block only once there is one)."""
-        return self.model_dump(mode="json", exclude={"prefect"} if self.prefect is None else None)
+        empty = {name for name in ("prefect", "reports") if getattr(self, name) is None}
+        return self.model_dump(mode="json", exclude=empty or None)

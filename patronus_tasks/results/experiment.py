@@ -76,5 +76,7 @@ class Experiment:
         records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
         return summarize(records, order, location=str(self.results_path))
 
-    def format_summary(self) -> str:
-        return self.summary().format(f"Experiment {self.project}/{self.name}")
+    def format_summary(self, display_hist: bool = True) -> str:
+        """The summary as text (``display_hist``: with score histograms)."""
+        return self.summary().format(f"Experiment {self.project}/{self.name}",
+                                     histograms=display_hist)

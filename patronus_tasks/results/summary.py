@@ -64,11 +64,11 @@ class Summary:
         """`headlines` in one line."""
         return f"{self.samples} rows: " + "; ".join(self.headlines())
 
-    def format(self, title: str = "") -> str:
+    def format(self, title: str = "", histograms: bool = True) -> str:
         """The summary as plain text, one block per (link, evaluator) in chain order."""
         lines = [title] if title else []
         for stats in self.evaluators:
-            lines.extend(_format_stats(stats))
+            lines.extend(_format_stats(stats, histograms))
         lines.append(
             f"Samples: {self.samples}   Task errors: {self.task_errors}   "
             f"Evaluator errors: {self.evaluator_errors}   Skipped tasks: {self.skipped_tasks}"
@@ -155,7 +155,7 @@ def _fmt(value: float | None, pct: bool = False) -> str:
     return f"{value:.1%}" if pct else f"{value:.3f}"
 
 
-def _format_stats(s: EvaluatorStats) -> list[str]:
+def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
     head = f"{s.evaluator} [link {s.link_index}]"
     lines = ["", head, "-" * len(head)]
     lines.append(f"Count     : {s.count}")
@@ -164,7 +164,7 @@ def _format_stats(s: EvaluatorStats) -> list[str]:
     for key in ("mean", "min", "25%", "50%", "75%", "max"):
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
     lines.append(f"Errors    : {s.errors}   Skipped: {s.skipped}")
-    if s.histogram:
+    if s.histogram and histograms:
         top = max(c for _, _, c in s.histogram) or 1
         lines.append("Score range        Count  Histogram")
         for lo, hi, count in s.histogram:

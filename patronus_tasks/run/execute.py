@@ -158,7 +158,10 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     manifest_file = manifest_file or ManifestFile(spec.out_dir)
     manifest_file.write(_manifest(spec, tally, "running", started, flow_run_id))
 
-    def on_records(records: list[Record]) -> None:
+    for reporter in spec.reporters:
+        await reporter.start(spec)
+
+    def on_records(records: list[Record]) -> Coroutine[Any, Any, None] | None:
         tally.add(records)
         sink.add(records)
         if spec.on_progress is not None:
@@ -166,11 +169,15 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
         for observer in observers.current():
             if observer.on_row is not None:
                 observer.on_row(spec, tally.rows)
+        # Rows run elsewhere (batches) go to the reporters from the results file.
+        return _report(spec, records) if spec.reporters and batches is None else None
 
     rows = spec.dataset.samples()
     if replay is not None:
         for records in replay.reused_records():  # completed before: no call at all
-            on_records(records)
+            pending = on_records(records)
+            if pending is not None:
+                await pending
         rows = (row for row in rows if replay.wanted(row.sid))
     pool = DaemonThreadPool(spec.max_concurrency)
     row_runner = RowRunner(spec.links, runner, tags=spec.tags, limit=spec.max_concurrency,
@@ -182,6 +189,8 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
             await run_rows(rows, row_runner, spec.max_concurrency, on_records)
     except BaseException:
         # Interrupted: keep every completed row as a part, and say so.
+        for reporter in spec.reporters:
+            reporter.cancel()
         sink.flush()
         manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
         raise
@@ -191,7 +200,25 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     sink.finalize(manifest.to_json())
     _resume.finish(spec.out_dir)
     manifest_file.write(manifest)
+    if spec.reporters:  # after the results are written: they never wait for a reporter
+        manifest = await _finish_reports(spec, manifest, from_file=batches is not None)
+        manifest_file.write(manifest)
     return manifest, row_runner.calls
+
+
+async def _report(spec: ExperimentSpec, records: list[Record]) -> None:
+    for reporter in spec.reporters:
+        await reporter.add(records)
+
+
+async def _finish_reports(spec: ExperimentSpec, manifest: Manifest, from_file: bool) -> Manifest:
+    """Each reporter's outcome in the manifest. Rows run elsewhere (batches) never passed
+    here: their records go to the reporters from the results file."""
+    if from_file:
+        for row in _parquet.read_results(spec.out_dir).to_pylist():
+            await _report(spec, [Record.from_row(row)])
+    reports = {reporter.name: await reporter.finish() for reporter in spec.reporters}
+    return manifest.model_copy(update={"reports": reports})
 
 
 def gate_failures(spec: ExperimentSpec, experiment: Experiment,

@@ -1,6 +1,7 @@
 """Who watches experiments run: a progress callback per run, or observers for a block.
 
-A caller running one experiment passes ``on_progress`` (an option). A caller that runs
+A caller running one experiment passes ``on_progress`` (an option), and ``reporters``
+(an option: `Reporter`s sending the records elsewhere too). A caller that runs
 code which runs experiments it does not call itself (the command line running a user's
 flow) observes them for the span of that code with `observing`: scoped to its context,
 never set process-wide.
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -38,3 +39,24 @@ def observing(observers: Observers) -> Iterator[None]:
 
 def current() -> tuple[Observers, ...]:
     return _CURRENT.get()
+
+
+class Reporter(Protocol):
+    """Sends an experiment's records somewhere else as they come (the Patronus platform).
+
+    ``start`` runs before the first row (a failure there stops the experiment, like a
+    set-up mistake); ``add`` gets each row's records and may wait (a full queue holds the
+    rows back, nothing is dropped); ``finish`` runs after the results are written and
+    returns what the manifest keeps under ``reports[name]``; ``cancel`` stops it when the
+    run is interrupted. Its failures never fail the experiment: it counts them.
+    """
+
+    name: str
+
+    async def start(self, spec: Any) -> None: ...
+
+    async def add(self, records: list[Any]) -> None: ...
+
+    async def finish(self) -> dict[str, Any]: ...
+
+    def cancel(self) -> None: ...

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
+from patronus_tasks.define.dataset import DataInput
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
 
@@ -26,7 +27,7 @@ class ExperimentOptions(TypedDict, total=False):
 
     task: Task | None
     evaluators: Sequence[Evaluator] | Evaluator | None
-    chain: Sequence[Mapping[str, Any]] | None
+    chain: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None
     tags: Mapping[str, str] | None
     experiment_name: str | None
     max_concurrency: int
@@ -43,12 +44,15 @@ class ExperimentOptions(TypedDict, total=False):
     # deployment (or flow) the experiment runs in, and its project.
     series: str | None
     fail_on_regression: bool  # fail when the series' previous run did significantly better
+    dataset: DataInput | None  # the Patronus SDK's name of ``data=``
+    reporters: Sequence[Any] | None  # `observers.Reporter`s: results sent elsewhere too
 
 
 class RunOptions(ExperimentOptions, total=False):
     """`ExperimentOptions` and what a caller wants back."""
 
     print_summary: bool
+    display_hist: bool  # score histograms in the printed summary
 
 
 DEFAULTS: dict[str, Any] = {
@@ -56,9 +60,9 @@ DEFAULTS: dict[str, Any] = {
     "max_concurrency": 10, "results_dir": None, "backend": "prefect", "resume": False,
     "retry_errors": False, "experiment_id": None, "fail_on_error": None,
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
-    "fail_on_regression": False,
+    "fail_on_regression": False, "dataset": None, "reporters": None,
 }
-RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True}
+RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 
 
 def resolved(options: Mapping[str, Any], defaults: Mapping[str, Any] = DEFAULTS) -> dict[str, Any]:
@@ -72,8 +76,19 @@ def resolved(options: Mapping[str, Any], defaults: Mapping[str, Any] = DEFAULTS)
     return {**defaults, **options}
 
 
-def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The experiment's options and ``print_summary``, checked."""
+def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bool]]:
+    """The experiment's options, and what the caller wants back (``print_summary``,
+    ``display_hist``), checked."""
     full = resolved(options, RUN_DEFAULTS)
-    print_summary = bool(full.pop("print_summary"))
-    return {k: v for k, v in full.items() if k in options}, print_summary
+    wanted = {name: bool(full.pop(name)) for name in set(RUN_DEFAULTS) - set(DEFAULTS)}
+    return {k: v for k, v in full.items() if k in options}, wanted
+
+
+def pick_data(data: Any, dataset: Any) -> Any:
+    """``data=``, or ``dataset=`` (the Patronus SDK's name for it): exactly one of them."""
+    if data is not None and dataset is not None:
+        raise ConfigError("pass data= or dataset= (its older name), not both.")
+    if data is None and dataset is None:
+        raise ConfigError("an experiment needs data=: a list of dicts, a DataFrame, a Dataset, "
+                          "a file path or a remote dataset (dataset= is accepted too).")
+    return data if data is not None else dataset

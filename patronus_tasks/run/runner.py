@@ -25,6 +25,7 @@ from patronus_tasks.define.step_results import (
     TaskResult,
     to_evaluation_result,
     to_task_result,
+    with_model_facts,
 )
 from patronus_tasks.define.steps import Evaluator, Step, Task
 from patronus_tasks.exceptions import DatasetError
@@ -214,6 +215,8 @@ class RowRunner:
         if link.task is not None:
             inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None),
                                    None, replayed)
+            if inv.value is not None:  # the dataset's meta_evaluated_model_* facts, if any
+                inv.value = with_model_facts(inv.value, row.values)
             head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
                                     inv.attempts or None))
             if inv.error is not None or inv.value is None:
@@ -253,10 +256,11 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
 
 
 async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
-                   on_records: Callable[[list[Record]], None]) -> int:
+                   on_records: Callable[[list[Record]], Awaitable[None] | None]) -> int:
     """Run every row with at most ``workers`` rows in flight; hand each row's records on.
 
-    Rows are pulled lazily, so memory holds only the rows in flight.
+    Rows are pulled lazily, so memory holds only the rows in flight. ``on_records`` may
+    return an awaitable: that row's worker waits for it (a reporter's full queue).
     """
     iterator = iter(rows)
     done = 0
@@ -269,7 +273,9 @@ async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
             except Exception as exc:  # a bug of ours must cost one row, not the experiment
                 records = [Record(sid=row.sid, link_index=0, **error_fields(
                     ErrorInfo.from_exception(exc), "internal"))]
-            on_records(records)
+            pending = on_records(records)
+            if pending is not None:
+                await pending
             done += 1
 
     await asyncio.gather(*(worker() for _ in range(workers)))

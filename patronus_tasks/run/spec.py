@@ -19,7 +19,7 @@ from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.results.gates import check_fail_on_error
-from patronus_tasks.run.options import Backend, ExperimentOptions, resolved
+from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
 
 #: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
@@ -50,6 +50,7 @@ class ExperimentSpec:
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
+    reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -180,7 +181,7 @@ def _check_batches(backend: Any) -> None:
             "private to this process.")
 
 
-def make_spec(project_name: str, *, data: DataInput,
+def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
     if not project_name or not isinstance(project_name, str):
@@ -195,7 +196,7 @@ def make_spec(project_name: str, *, data: DataInput,
         raise ConfigError("fail_on_regression compares with the previous run of the series, "
                           "which the Prefect server knows: use backend='prefect' (or Dask).")
     links = build_chain(o["task"], o["evaluators"], o["chain"])
-    dataset = load_dataset(data)
+    dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     root = Path(o["results_dir"]) if o["results_dir"] is not None else default_results_dir()
@@ -205,7 +206,8 @@ def make_spec(project_name: str, *, data: DataInput,
                           min_pass_rates=dict(o["min_pass_rates"] or {}),
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
-                          fail_on_regression=bool(o["fail_on_regression"]))
+                          fail_on_regression=bool(o["fail_on_regression"]),
+                          reporters=tuple(o["reporters"] or ()))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

@@ -8,31 +8,12 @@ scored with ``POST /v1/evaluate``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.exceptions import ConfigError, RemoteAPIError
 from patronus_tasks.integrations.http import Endpoint
-
-API_KEY_ENV, API_URL_ENV = "PATRONUS_API_KEY", "PATRONUS_API_URL"
-DEFAULT_API_URL = "https://api.patronus.ai"
-
-
-def patronus_endpoint(api_key: str | None = None, base_url: str | None = None, *,
-                      max_attempts: int = 3, max_in_flight: int = 16,
-                      timeout: float = 60.0) -> Endpoint:
-    """The Patronus API from arguments or ``PATRONUS_API_KEY`` / ``PATRONUS_API_URL``."""
-    key = api_key or os.environ.get(API_KEY_ENV)
-    if not key:
-        raise ConfigError(
-            f"remote evaluators need a Patronus API key: set {API_KEY_ENV} (and "
-            f"{API_URL_ENV} for a non-default server). Local evaluators need no key."
-        )
-    url = base_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL
-    return Endpoint(url, headers={"x-api-key": key}, max_attempts=max_attempts,
-                    max_in_flight=max_in_flight, timeout=timeout)
 
 
 def _config_diff(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
@@ -41,7 +22,8 @@ def _config_diff(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
             for k in keys if have.get(k) != want.get(k)]
 
 
-def _context(value: Any) -> list[str] | None:
+def context_list(value: Any) -> list[str] | None:
+    """A retrieved context as the API takes it: a list of str."""
     if value is None:
         return None
     return [value] if isinstance(value, str) else [str(v) for v in value]
@@ -114,37 +96,47 @@ class RemoteEvaluator(Evaluator):
                        evaluated_model_output: str | None = None,
                        evaluated_model_gold_answer: str | None = None) -> EvaluationResult:
         await self.setup()
-        spec = {"evaluator": self.evaluator_id_or_alias, "explain_strategy": self.explain_strategy}
-        if self.criteria:
-            spec["criteria"] = self.criteria
-        payload = {
-            "evaluators": [spec],
-            "evaluated_model_system_prompt": evaluated_model_system_prompt,
-            "evaluated_model_retrieved_context": _context(evaluated_model_retrieved_context),
-            "evaluated_model_input": evaluated_model_input,
-            "evaluated_model_output": evaluated_model_output,
-            "evaluated_model_gold_answer": evaluated_model_gold_answer,
-            "tags": {**(tags or {}), **((task_result.tags or {}) if task_result else {})},
-        }
+        payload = evaluate_payload(
+            self.evaluator_id_or_alias, self.criteria, self.explain_strategy,
+            tags={**(tags or {}), **((task_result.tags or {}) if task_result else {})},
+            evaluated_model_system_prompt=evaluated_model_system_prompt,
+            evaluated_model_retrieved_context=evaluated_model_retrieved_context,
+            evaluated_model_input=evaluated_model_input,
+            evaluated_model_output=evaluated_model_output,
+            evaluated_model_gold_answer=evaluated_model_gold_answer)
         body, attempts = await self.endpoint.request("POST", "/v1/evaluate", json=payload)
-        return self._result(body, attempts)
-
-    def _result(self, body: dict[str, Any], attempts: int) -> EvaluationResult:
-        results = body.get("results") or []
-        if not results:
-            raise RemoteAPIError("POST /v1/evaluate answered without results", attempts=attempts)
-        first = results[0]
-        if first.get("status", "success") != "success" or first.get("evaluation_result") is None:
-            raise RemoteAPIError(f"Patronus evaluation failed: {first.get('error_message')}",
-                                 attempts=attempts)
-        res = first["evaluation_result"]
-        metadata = {**(res.get("evaluation_metadata") or {}), "http_attempts": attempts,
-                    "evaluation_id": res.get("id"), "criteria_revision": self.criteria_revision}
-        return EvaluationResult(
-            pass_=res.get("pass"), score_raw=res.get("score_raw"),
-            explanation=res.get("explanation"), metadata=metadata,
-            evaluation_duration=res.get("evaluation_duration"),
-            tags=res.get("tags") or None)
+        return parse_evaluation(body, attempts, {"criteria_revision": self.criteria_revision})
 
     async def aclose(self) -> None:
         await self.endpoint.aclose()
+
+
+def evaluate_payload(evaluator: str, criteria: str | None, explain_strategy: str, *,
+                     tags: dict[str, str] | None, **fields: Any) -> dict[str, Any]:
+    """The body of ``POST /v1/evaluate`` for one evaluator; ``fields``: evaluated_model_*."""
+    spec = {"evaluator": evaluator, "explain_strategy": explain_strategy}
+    if criteria:
+        spec["criteria"] = criteria
+    fields["evaluated_model_retrieved_context"] = context_list(
+        fields.get("evaluated_model_retrieved_context"))
+    return {"evaluators": [spec], **fields, "tags": tags or {}}
+
+
+def parse_evaluation(body: dict[str, Any], attempts: int,
+                     extra: dict[str, Any] | None = None) -> EvaluationResult:
+    """The `EvaluationResult` in a ``POST /v1/evaluate`` answer (``extra``: more metadata)."""
+    results = body.get("results") or []
+    if not results:
+        raise RemoteAPIError("POST /v1/evaluate answered without results", attempts=attempts)
+    first = results[0]
+    if first.get("status", "success") != "success" or first.get("evaluation_result") is None:
+        raise RemoteAPIError(f"Patronus evaluation failed: {first.get('error_message')}",
+                             attempts=attempts)
+    res = first["evaluation_result"]
+    metadata = {**(res.get("evaluation_metadata") or {}), "http_attempts": attempts,
+                "evaluation_id": res.get("id"), **(extra or {})}
+    return EvaluationResult(
+        pass_=res.get("pass"), score_raw=res.get("score_raw"),
+        text_output=res.get("text_output"), explanation=res.get("explanation"),
+        metadata=metadata, evaluation_duration=res.get("evaluation_duration"),
+        tags=res.get("tags") or None)
