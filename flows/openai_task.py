@@ -60,7 +60,18 @@ def make_judge(cli: Client, judge: str) -> Evaluator:
 def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
                 max_concurrency: int = 4, results_dir: str | None = None,
                 judge: str | None = None) -> dict[str, Any]:
-    """Run the reference's full example; return the experiment's manifest."""
+    """Run the reference's full example; return the experiment's manifest.
+
+    Args:
+        project: Project the experiment belongs to.
+        experiment_name: Name of the experiment; runs with one name keep their own folders.
+        max_concurrency: Rows (model calls) at once.
+        results_dir: Where the Parquet results go: a folder or an object-storage URL
+            (`s3://bucket/prefix`); empty for `$PATRONUS_TASKS_RESULTS_DIR`, else `./results`.
+        judge: `patronus` (the `custom-large` remote evaluator, needs `PATRONUS_API_KEY`)
+            or `openai` (an LLM judge on the OpenAI-compatible endpoint); empty for
+            `$JUDGE`, else `patronus`.
+    """
     cli = Client(results_dir=results_dir)
     call_gpt = ChatTask(name="call_gpt", temperature=1, max_tokens=200)
     experiment = cli.experiment(

@@ -23,8 +23,14 @@ from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_exp
 from patronus_tasks.prefect import experiment_flow_run_name
 
 HERE = Path(__file__).resolve().parent
-DATASET = HERE.parent / "datasets" / "text_to_sql.jsonl"
 SCHEMA = HERE.parent / "datasets" / "text_to_sql" / "shop.sql"
+
+
+def in_project(path: str) -> Path:
+    """A relative path from the working directory (a deployment's is the project folder),
+    else from this project's folder (the flow run as a script from elsewhere)."""
+    here = Path(path)
+    return here if here.is_absolute() or here.exists() else HERE.parent / here
 
 
 @cache
@@ -80,15 +86,32 @@ def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> fl
 
 
 @flow(name="text-to-sql-eval", flow_run_name=experiment_flow_run_name)
-def text_to_sql_eval(dataset: str = str(DATASET), project: str = "text-to-sql",
+def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str = "text-to-sql",
                      experiment_name: str | None = None, max_concurrency: int = 8,
-                     results_dir: str | None = None) -> dict[str, Any]:
-    """Evaluate the dataset's SQL against the gold answers; return the run's manifest."""
+                     results_dir: str | None = None,
+                     fail_on_regression: bool = False) -> dict[str, Any]:
+    """Evaluate the dataset's SQL against the gold answers; return the run's manifest.
+
+    Args:
+        dataset: JSONL or CSV of questions (`question`, `query`, `language`) and gold SQL
+            (`evaluated_model_gold_answer`). A relative path is read from the flow's
+            working directory (a deployment's: the project folder).
+        project: Project the experiment belongs to; with the deployment, it names the
+            series of nightly runs compared with each other.
+        experiment_name: Name of this run's experiment; empty for a new timestamped one
+            per run (the runs of a deployment still form one series).
+        max_concurrency: Rows evaluated at once.
+        results_dir: Where the Parquet results go: a folder (relative to the working
+            directory) or an object-storage URL (`s3://bucket/prefix`); empty for
+            `$PATRONUS_TASKS_RESULTS_DIR`, else `./results`.
+        fail_on_regression: Fail the run when it does significantly worse than the
+            previous run of its series (McNemar's test, p < 0.05).
+    """
     experiment = run_experiment(
-        project, data=dataset, task=perform_sql_query,
+        project, data=in_project(dataset), task=perform_sql_query,
         evaluators=[result_matches_gold, row_overlap], tags={"suite": "text-to-sql"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir,
+        results_dir=results_dir, fail_on_regression=fail_on_regression,
     )
     return experiment.manifest
 

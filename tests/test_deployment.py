@@ -86,8 +86,12 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     assert parent.parameters["experiment_name"] == "deployed"
     assert child.name.startswith("deployed @ ") and child.state.type.value == "COMPLETED"
     assert task_runs == 12 + 9 * 2  # every row's task, and both evaluators of 9 rows
-    keys = {a.key for a in artifacts}
-    assert keys == {f"text-to-sql-deployed-{k}" for k in ("summary", "report", "results", "progress")}
+    keys = {a.key for a in artifacts}  # one series: the deployment's, whatever the name
+    series = "text-to-sql-eval-text-to-sql-nightly-text-to-sql"
+    assert keys == {f"{series}-{k}" for k in ("summary", "report", "results", "progress",
+                                               "vs-previous")}
+    assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
+    assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"
     path = results / "text-to-sql" / "deployed" / "results.parquet"
     assert pq.read_table(path).num_rows == 12 - 3 + 9 * 2 - 9 + 3
     manifest = json.loads((path.parent / "manifest.json").read_text())
@@ -99,6 +103,22 @@ async def _scheduled(deployment: str) -> list[Any]:
         found = await client.read_deployment_by_name(deployment)
         return [r for r in await client.read_flow_runs(limit=200)
                 if r.deployment_id == found.id and r.state and r.state.type.value == "SCHEDULED"]
+
+
+def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
+    async def read() -> Any:
+        async with get_client() as client:
+            return await client.read_deployment_by_name("text-to-sql-eval/text-to-sql-nightly")
+
+    with temporary_settings({PREFECT_API_URL: stack.api_url}):
+        deployment = asyncio.run(read())
+    schema = deployment.parameter_openapi_schema["properties"]
+    assert set(schema) == {"dataset", "project", "experiment_name", "max_concurrency",
+                           "results_dir", "fail_on_regression"}
+    for name, prop in schema.items():  # the run form explains every field
+        assert len(prop.get("description", "")) > 15, name
+    assert deployment.parameters["dataset"] == "datasets/text_to_sql.jsonl"
+    assert schema["dataset"]["default"] == "datasets/text_to_sql.jsonl"
 
 
 def test_nightly_schedules_create_runs(stack: Stack) -> None:

@@ -19,6 +19,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterId,
     LogFilter,
     LogFilterFlowRunId,
+    LogFilterTaskRunId,
 )
 
 from patronus_tasks import (
@@ -57,6 +58,15 @@ DATA = [
     {"sid": "q03", "text": "c", "evaluated_model_gold_answer": "c", "kind": "boom"},
     {"sid": "q04", "text": "d", "evaluated_model_gold_answer": "d", "kind": "judge-breaks"},
 ]
+
+
+async def _task_logs(task_run_ids: list[Any]) -> dict[str, list[str]]:
+    async with get_client() as client:
+        logs = await client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=task_run_ids)))
+    out: dict[str, list[str]] = {}
+    for log in logs:
+        out.setdefault(str(log.task_run_id), []).append(log.message)
+    return out
 
 
 async def _read(flow_run_id: str, last_log: str) -> tuple[Any, dict[str, Any], list[str]]:
@@ -100,6 +110,12 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     assert failed_verdict.startswith("score 0 · the rows differ because of many")
     assert failed_verdict.endswith("…") and len(failed_verdict) < 200
     assert runs["matches-q04"].state.message == "RuntimeError: judge unavailable"
+    # A failed verdict or an error logs its whole story on its task run; a pass, nothing.
+    logs_of = asyncio.run(_task_logs([r.id for r in runs.values()]))
+    assert logs_of[str(runs["matches-q02"].id)] == [f"Not passed (score 0): {LONG}"]
+    assert logs_of[str(runs["matches-q04"].id)] == [
+        "Finished in state Failed: RuntimeError: judge unavailable"]
+    assert str(runs["matches-q01"].id) not in logs_of
     # Inputs: the sample id and the fields received, never the runner's internals.
     assert _shown(runs["matches-q02"]) == {
         "sid": "q02", "evaluated_model_output": "b", "evaluated_model_gold_answer": "B",
@@ -173,7 +189,7 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert expected.pass_diff == pytest.approx(-0.4)
     assert (expected.mcnemar_b, expected.mcnemar_c) == (8, 0)
     table = compared[2].data
-    assert f"| right | 0 | 20 | 95.0% | 55.0% | {expected.pass_diff:+.1%} |" in table
+    assert f"| right | 20 | 95.0% | 55.0% | {expected.pass_diff:+.1%} |" in table
     lo, hi = expected.pass_diff_ci
     assert f"[{lo:+.1%}, {hi:+.1%}] | {expected.mcnemar_p:.3g} |" in table
     assert "| 8 | 0 | yes |" in table  # regressed rows, improved rows, significant

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from patronus_tasks.define.params import ROW_FIELDS
@@ -64,3 +65,17 @@ def call_inputs(inv: Invocation) -> dict[str, str]:
         elif name in ROW_FIELDS:
             shown[name] = short(value)
     return shown
+
+
+def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
+    """The log line (level, message) a call's task run gets when it needs a look: a
+    failed verdict with its whole explanation, an error. Passed calls get none: a log
+    record costs the server about what the call's own record does."""
+    if state.type == "FAILED":
+        return logging.ERROR, f"Finished in state {state.name}: {state.message}"
+    if state.name != "Not passed":
+        return None
+    result = inv.value
+    assert isinstance(result, EvaluationResult)
+    score = "" if result.score_raw is None else f" (score {result.score_raw:g})"
+    return logging.WARNING, f"Not passed{score}: {result.explanation or 'no explanation given'}"

@@ -18,7 +18,7 @@ from prefect.context import FlowRunContext
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
-from patronus_tasks.integrations.prefect.display import call_inputs, call_state
+from patronus_tasks.integrations.prefect.display import call_inputs, call_log, call_state
 from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, now
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.run.runner import Invocation, LocalStepRunner
@@ -50,9 +50,18 @@ class RecordingStepRunner(LocalStepRunner):
         finally:
             shown.cancel()
             _steplogs.CURRENT.reset(token)
-        self.recorder.finished(call, call_state(inv), max(inv.attempts, 1), now())
+        state = call_state(inv)
+        self.recorder.finished(call, state, max(inv.attempts, 1), now())
+        self._log(inv, call, state)
         inv.handle = call.task_run_id
         await self.recorder.backpressure()
+
+
+    def _log(self, inv: Invocation, call: Call, state: Any) -> None:
+        line = call_log(inv, state)
+        if line is not None:
+            self.recorder.log({"name": "patronus_tasks", "level": line[0], "message": line[1],
+                               "timestamp": now().isoformat(), "task_run_id": call.task_run_id})
 
 
 def experiment_flow_run_name() -> str:

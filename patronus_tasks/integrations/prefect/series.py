@@ -89,21 +89,31 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
         return f"The previous run's results at `{previous.location}` could not be read: {exc}"
 
 
-def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
+def _pass_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     lo, hi = e.pass_diff_ci or (None, None)
-    mlo, mhi = e.mean_diff_ci or (None, None)
-    return {
-        "evaluator": e.evaluator, "link": e.link_index, "paired rows": e.paired,
-        "previous pass rate": _pct(e.pass_rate_a), "this pass rate": _pct(e.pass_rate_b),
-        "difference": _pct(e.pass_diff, signed=True),
-        "95% interval": f"[{_pct(lo, True)}, {_pct(hi, True)}]" if lo is not None else "",
-        "McNemar p": _num(e.mcnemar_p),
-        "previous mean": _num(e.mean_a), "this mean": _num(e.mean_b),
-        "mean difference": f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "",
-        "mean 95% interval": f"[{mlo:+.3g}, {mhi:+.3g}]" if mlo is not None else "",
-        "regressed rows": len(e.regressed), "improved rows": len(e.improved),
-        "significant regression": "yes" if e.regressed_significantly(ALPHA) else "no",
-    }
+    return {**_name(e, with_link), "paired rows": e.paired,
+            "previous": _pct(e.pass_rate_a), "this run": _pct(e.pass_rate_b),
+            "difference": _pct(e.pass_diff, signed=True),
+            "95% interval": f"[{_pct(lo, True)}, {_pct(hi, True)}]" if lo is not None else "",
+            "McNemar p": _num(e.mcnemar_p), "regressed rows": len(e.regressed),
+            "improved rows": len(e.improved), **_significant(e)}
+
+
+def _score_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
+    lo, hi = e.mean_diff_ci or (None, None)
+    return {**_name(e, with_link), "paired rows": e.paired,
+            "previous mean": _num(e.mean_a), "this mean": _num(e.mean_b),
+            "difference": f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "",
+            "95% interval": f"[{lo:+.3g}, {hi:+.3g}]" if lo is not None else "",
+            "bootstrap p": _num(e.score_p), **_significant(e)}
+
+
+def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
+    return {"evaluator": e.evaluator, **({"link": e.link_index} if with_link else {})}
+
+
+def _significant(e: EvaluatorComparison) -> dict[str, str]:
+    return {"significant regression": "yes" if e.regressed_significantly(ALPHA) else "no"}
 
 
 def _pct(value: float | None, signed: bool = False) -> str:
@@ -125,7 +135,13 @@ def comparison_markdown(title: str, comparison: Comparison | str,
     lines += [f"Previous run: `{comparison.a}`{run}, results `{previous.location}`. "
               f"Rows paired by sample id; only in the previous run: {comparison.only_in_a}, "
               f"only in this one: {comparison.only_in_b}.", ""]
-    lines += markdown_table([_comparison_row(e) for e in comparison.evaluators])
+    many = len({e.link_index for e in comparison.evaluators}) > 1
+    verdicts = [e for e in comparison.evaluators if e.pass_diff is not None]
+    scores = [e for e in comparison.evaluators if e.mean_diff is not None]
+    if verdicts:
+        lines += ["## Pass rates", "", *markdown_table([_pass_row(e, many) for e in verdicts]), ""]
+    if scores:
+        lines += ["## Mean scores", "", *markdown_table([_score_row(e, many) for e in scores])]
     for e in comparison.evaluators:
         if e.regressed:
             more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""

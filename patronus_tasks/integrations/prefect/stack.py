@@ -109,7 +109,10 @@ def up(project: Path, home: Path, port: int = 4200, *, deploy: bool = True,
     home.mkdir(parents=True, exist_ok=True)
     api_url, ui_url = f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}"
     server_args = _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port))
-    server_pid = _spawn(server_args, _env(home), home / "server.log", project, nice)
+    # The UI finds the API from PREFECT_UI_API_URL, which Prefect derives from its port
+    # setting (4200), not from --port: on another port the UI could not reach its API.
+    server_env = {"PREFECT_UI_API_URL": api_url, **_env(home)}
+    server_pid = _spawn(server_args, server_env, home / "server.log", project, nice)
     stack = Stack(api_url, ui_url, str(home), server_pid)
     stack.save()
     try:

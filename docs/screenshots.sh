@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Take the README's Prefect UI screenshots again: a `server up` stack on port 4310 (its
+# state in a scratch folder), two runs of the nightly deployment (the second on a copy of
+# the dataset with three wrong queries), then headless Chromium (Debian: apt install
+# chromium) on the flow run, a task run that did not pass and the comparison artifact.
+# Run from the repository's root: docs/screenshots.sh
+set -euo pipefail
+PY="${PYTHON:-.venv/bin/python}"
+SCRATCH="$(mktemp -d)"
+export PREFECT_HOME="$SCRATCH/prefect" PREFECT_API_URL=http://127.0.0.1:4310/api
+"$PY" -m patronus_tasks server up --home "$SCRATCH/stack" --port 4310
+trap '"$PY" -m patronus_tasks server down --home "$SCRATCH/stack"' EXIT
+
+"$PY" - "$SCRATCH" <<'EOF'
+import asyncio, json, sys
+from pathlib import Path
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+
+scratch = Path(sys.argv[1])
+rows = [json.loads(line) for line in open("datasets/text_to_sql.jsonl")]
+for row in rows:  # q01, q04, q05 answered wrongly
+    if row["sid"] in ("q01", "q04", "q05"):
+        row["query"] = row["query"].replace("SUM(o.quantity", "MAX(o.quantity").replace(
+            "COUNT(*)", "COUNT(*) + 1")
+worse = scratch / "worse.jsonl"
+worse.write_text("".join(json.dumps(r) + "\n" for r in rows))
+name = "text-to-sql-eval/text-to-sql-nightly"
+run_deployment(name, timeout=300)
+run_deployment(name, parameters={"dataset": str(worse)}, timeout=300)
+
+
+async def ids() -> None:
+    async with get_client() as client:
+        runs = [r for r in await client.read_flow_runs() if r.parent_task_run_id]
+        last = max(runs, key=lambda r: r.created)
+        tasks = await client.read_task_runs()
+        failed = [t for t in tasks if t.flow_run_id == last.id and t.state.name == "Not passed"]
+        art = [a for a in await client.read_artifacts() if a.flow_run_id == last.id
+               and a.key and a.key.endswith("vs-previous")]
+        (scratch / "urls").write_text(
+            f"flow-run /runs/flow-run/{last.id}\n"
+            f"not-passed /runs/task-run/{failed[0].id}\n"
+            f"vs-previous /artifacts/artifact/{art[0].id}\n")
+
+asyncio.run(ids())
+EOF
+
+while read -r name path; do
+  chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
+    --hide-scrollbars --window-size=1500,1000 --virtual-time-budget=20000 \
+    --screenshot="docs/$name.png" "http://127.0.0.1:4310$path" 2>/dev/null
+done < "$SCRATCH/urls"
+ls -l docs/*.png
