@@ -23,6 +23,7 @@ from prefect.artifacts import (
 )
 from prefect.client.orchestration import get_client
 
+from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 
@@ -89,7 +90,7 @@ def report_markdown(title: str, summary: Summary, df: pd.DataFrame) -> str:
 
 
 async def publish(project: str, experiment: str, summary: Summary, df: pd.DataFrame,
-                  results_path: Path) -> None:
+                  results_path: Path | Location) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     title = f"Experiment {project}/{experiment}"
     await acreate_table_artifact(summary_rows(summary), key=artifact_key(project, experiment, "summary"),
@@ -97,7 +98,7 @@ async def publish(project: str, experiment: str, summary: Summary, df: pd.DataFr
     await acreate_markdown_artifact(report_markdown(title, summary, df),
                                     key=artifact_key(project, experiment, "report"),
                                     description=f"{title}: summary and first failures")
-    await acreate_link_artifact(results_path.resolve().as_uri(), link_text=str(results_path),
+    await acreate_link_artifact(link_target(results_path), link_text=str(results_path),
                                 key=artifact_key(project, experiment, "results"),
                                 description=f"{title}: Parquet results")
 
