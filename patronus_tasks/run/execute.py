@@ -121,7 +121,7 @@ class ManifestFile:
                 self.data["prefect"] = PrefectRecords(
                     task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
                     task_runs_lost=recorder.lost,
-                    complete=recorder.done and not recorder.lost).model_dump()
+                    complete=recorder.ended and not recorder.lost).model_dump()
                 self._save()
 
     def _still_ours(self) -> bool:
