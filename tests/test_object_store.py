@@ -106,6 +106,24 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
     assert str(again.path).startswith(f"s3://{BUCKET}/{prefix}/s3_project/first-2?")
 
 
+def test_cli_takes_a_results_url(s3: str) -> None:
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    url = _url(s3, prefix)
+    run_experiment("cli", data=DATA[:4], task=echo, evaluators=[is_echo], experiment_name="e",
+                   backend="local", results_dir=url, print_summary=False)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "--results-dir", url])
+    assert listed.exit_code == 0 and "cli/e " in listed.stdout and "rows=4" in listed.stdout
+    shown = runner.invoke(app, ["show", "cli/e", "--results-dir", url])
+    assert shown.exit_code == 0 and "Pass rate : 100.0%  (4/4)" in shown.stdout
+    exported = runner.invoke(app, ["export", _url(s3, f"{prefix}/cli/e"), "--format", "csv"])
+    assert exported.exit_code == 0 and exported.stdout.count("\n") == 5
+
+
 def test_endpoint_from_the_environment(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{s3}")
     prefix = f"env-{uuid.uuid4().hex[:8]}"
@@ -244,3 +262,19 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     # this module's server goes: wait for them).
     assert exp.wait_recorded(120)
     assert load_experiment(exp.location).manifest["prefect"]["complete"] is True
+
+
+def test_dask_workers_write_their_parts_to_s3(s3: str, prefect_server: str) -> None:
+    """Batches on other processes write parts into the same S3 prefix (the workers get
+    the credentials from the environment they inherit)."""
+    pytest.importorskip("prefect_dask")
+    from .dask_steps import said_row, where
+
+    prefix = f"dask-{uuid.uuid4().hex[:8]}"
+    exp = run_experiment("dask", data=[{"x": i} for i in range(20)], task=where,
+                         evaluators=[said_row], experiment_name="spread", backend="dask",
+                         results_dir=_url(s3, prefix), print_summary=False, max_concurrency=4)
+    df = exp.to_dataframe()
+    assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 21)] and df["pass"].all()
+    assert len(exp.manifest["worker_pids"]) >= 2
+    assert _keys(s3, prefix) == ["dask/spread/manifest.json", "dask/spread/results.parquet"]
