@@ -52,6 +52,13 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def _without_password(url: str) -> str:
+    """``url`` less a ``user:password@`` (an abfs ``container@account`` stays)."""
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=host)) if at and ":" in user else url
+
+
 def _secrets(url: str) -> list[str]:
     parts = urlsplit(url)
     found = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET.search(k) and v]
@@ -163,8 +170,8 @@ class Location:
 
     @property
     def link(self) -> str:
-        """A link to it: a ``file://`` URL, or the object's URL without its query."""
-        return self.local.resolve().as_uri() if self.local is not None else self._shown
+        """A link to it: a ``file://`` URL, or the object's URL without credentials or query."""
+        return self.local.resolve().as_uri() if self.local is not None else _without_password(self._shown)
 
     def _id(self) -> tuple[Any, ...]:
         return (self.local, self._shown, self._key)
