@@ -31,8 +31,10 @@ EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare and export patronus-tasks experiments.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 err = Console(stderr=True)
-ResultsDir = Annotated[Path | None, typer.Option(
-    "--results-dir", help="Results directory (default $PATRONUS_TASKS_RESULTS_DIR or ./results).")]
+# A str, not a Path: a Path would fold the "//" of an object-store URL (s3://bucket/...).
+ResultsDir = Annotated[str | None, typer.Option(
+    "--results-dir", help="Results directory or object-store URL such as s3://bucket/prefix "
+    "(default $PATRONUS_TASKS_RESULTS_DIR or ./results).")]
 
 
 def _say(label: str, message: str) -> None:
@@ -45,7 +47,7 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def _load(name: str, results_dir: Path | None) -> Experiment:
+def _load(name: str, results_dir: str | None) -> Experiment:
     try:
         return load_experiment(name, results_dir)
     except ConfigError as exc:
@@ -171,7 +173,7 @@ def list_(results_dir: ResultsDir = None) -> None:
     for e in runs:
         m = e.manifest
         errors = (m.get("task_errors") or 0) + (m.get("evaluator_errors") or 0)
-        typer.echo(f"{e.project}/{e.path.name}  {str(m.get('started_at', ''))[:19]}  "
+        typer.echo(f"{e.project}/{e.location.name}  {str(m.get('started_at', ''))[:19]}  "
                    f"{m.get('status', '?')}  rows={m.get('rows', '?')}  errors={errors}  "
                    f"{_pass_rates(e)}")
 

@@ -6,9 +6,9 @@ worker a batch runs its rows in asyncio as the in-process path does, records eac
 its own task run nested under the batch, writes its records as Parquet parts (named for
 the batch) into the experiment's folder, which the flow then merges into the one
 ``results.parquet``, and ends once Prefect holds its records (the worker may go away
-after). Workers need the folder (a shared file system past one machine) and a Prefect
-server (``PREFECT_API_URL``). A resumed experiment sends each batch what the earlier run
-completed of its rows.
+after). Workers need the folder (a shared file system past one machine, or an
+object-store ``results_dir``) and a Prefect server (``PREFECT_API_URL``). A resumed
+experiment sends each batch what the earlier run completed of its rows.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """Streaming results to Parquet: a journal and part files while running, one file at the end.
 
-Each completed row's records are appended at once to a journal (JSON lines, one write
-per row, the Arrow schema on its first line), so a crash or SIGKILL loses no completed
-row: a line cut short by a crash is skipped when read. When a batch is full it is
-written as a numbered Parquet part (temporary name, then renamed) and its journal
-removed; a journal whose part exists is ignored, so nothing is read twice. `finalize` streams the parts into
-``results.parquet`` (again via a temporary name) and removes them.
+Each completed row's records are journalled at once (JSON lines, one write per row, the
+Arrow schema on the first line; see `_Journal` for object storage), so a crash or
+SIGKILL loses no completed row: a line cut short by a crash is skipped when read. When a
+batch is full it is written as a numbered Parquet part (written whole, see
+`Location.atomic_output`) and its journal removed; a journal whose part exists is
+ignored, so nothing is read twice. `finalize` streams the parts into
+``results.parquet`` (again written whole) and removes them. Where the files live, a
+local folder or an object-store prefix, is the `Location`'s.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import FIXED_SCHEMA, Record, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
@@ -41,13 +42,16 @@ def safe_name(name: str) -> str:
     return cleaned[:120] or "unnamed"
 
 
-def experiment_dir(results_dir: Path, project: str, experiment: str) -> Path:
+def experiment_dir(results_dir: Path | Location, project: str, experiment: str) -> Location:
     """``results_dir/<project>/<experiment>``, refusing any path that escapes it."""
-    root = results_dir.resolve()
+    results = Location.of(results_dir)
+    if results.local is None:  # `safe_name`s have no separators and no leading dots
+        return results / safe_name(project) / safe_name(experiment)
+    root = results.local.resolve()
     path = (root / safe_name(project) / safe_name(experiment)).resolve()
     if root not in path.parents:
         raise ConfigError(f"experiment path {path} is outside the results directory {root}")
-    return path
+    return Location(path)
 
 
 def _text(value: Any) -> Any:
@@ -78,7 +82,7 @@ def dataset_schema(df: pd.DataFrame) -> tuple[pa.Schema, frozenset[str]]:
 class ParquetSink:
     """Buffers records and writes them as Parquet part files, then one final file."""
 
-    def __init__(self, out_dir: Path, df: pd.DataFrame | None = None, *,
+    def __init__(self, out_dir: Path | Location, df: pd.DataFrame | None = None, *,
                  columns: tuple[pa.Schema, frozenset[str]] | None = None, prefix: str = "",
                  batch_rows: int = 2000, flush_seconds: float = 2.0) -> None:
         """Write under ``out_dir/parts``; the dataset's columns come from ``df`` or ``columns``
@@ -86,22 +90,22 @@ class ParquetSink:
         assert df is not None or columns is not None
         extra, self._text_columns = columns if columns is not None else dataset_schema(df)
         self.schema = pa.unify_schemas([FIXED_SCHEMA, extra])
-        self.out_dir = out_dir
-        self.parts = out_dir / PARTS_DIR
+        self.out_dir = Location.of(out_dir)
+        self.parts = self.out_dir / PARTS_DIR
         self.batch_rows, self.flush_seconds = batch_rows, flush_seconds
         self._buffer: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
         self._stem = f"part-{prefix}-" if prefix else "part-"
         make_writable(self.parts)
         _adopt_journals(self.parts, self._stem)
-        taken = [int(p.stem.rsplit("-", 1)[1]) for p in self.parts.glob(f"{self._stem}*.parquet")
-                 if p.stem.rsplit("-", 1)[1].isdigit() and p.stem.startswith(self._stem)]
-        self._part_count = max(taken, default=-1) + 1
-        self._journal: Any = None
+        numbers = [p.name[len(self._stem):-len(".parquet")]
+                   for p in self.parts.glob(f"{self._stem}*.parquet")]
+        self._part_count = max([int(n) for n in numbers if n.isdigit()], default=-1) + 1
+        self._journal: _Journal | None = None
         self.records_written = 0
 
-    def _journal_path(self) -> Path:
-        return self.parts / f"{self._stem}{self._part_count:06d}.journal"
+    def _part_name(self) -> str:
+        return f"{self._stem}{self._part_count:06d}"
 
     def add(self, records: list[Record]) -> None:
         """Journal one row's records at once; write a part when the batch is full or old."""
@@ -110,8 +114,8 @@ class ParquetSink:
             for column in self._text_columns.intersection(row):
                 row[column] = _text(row[column])
         if self._journal is None:
-            self._journal = self._journal_path().open("wb", buffering=0)
-            self._journal.write(_schema_line(self.schema))
+            self._journal = _Journal(self.parts / f"{self._part_name()}.journal",
+                                     _schema_line(self.schema))
         self._journal.write(orjson.dumps(rows, default=_json_default,
                                          option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
         self._buffer.extend(rows)
@@ -124,52 +128,74 @@ class ParquetSink:
         self._last_flush = time.monotonic()
         if not self._buffer:
             return
-        path = self._journal_path().with_suffix(".parquet")
-        _write_atomic(pa.Table.from_pylist(self._buffer, schema=self.schema), path)
-        self._close_journal()
-        self._journal_path().unlink(missing_ok=True)
+        part = self.parts / f"{self._part_name()}.parquet"
+        part.write_table(pa.Table.from_pylist(self._buffer, schema=self.schema))
+        if self._journal is not None:
+            self._journal.remove()
+            self._journal = None
         self._part_count += 1
         self.records_written += len(self._buffer)
         self._buffer = []
 
-    def _close_journal(self) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
-
-    def finalize(self, metadata: Mapping[str, Any]) -> Path:
+    def finalize(self, metadata: Mapping[str, Any]) -> Location:
         """Write the remaining records, merge the parts into one file, remove the parts."""
         self.flush()
         schema = self.schema.with_metadata({METADATA_KEY: json.dumps(metadata, default=str)})
         final = self.out_dir / RESULTS_FILE
-        tmp = final.with_suffix(".parquet.tmp")
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for part in sorted(self.parts.glob("part-*.parquet")):
-                writer.write_table(pq.read_table(part, schema=self.schema).replace_schema_metadata(
+        with final.atomic_output() as out, pq.ParquetWriter(out, schema) as writer:
+            for part in sorted(self.parts.glob("part-*.parquet"), key=lambda p: p.name):
+                writer.write_table(part.read_table(schema=self.schema).replace_schema_metadata(
                     schema.metadata))
-        os.replace(tmp, final)
         remove_parts(self.out_dir)
         return final
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+class _Journal:
+    """One part's journal: a row's line is stored by the time `write` returns.
+
+    Locally, one file appended with one unbuffered write per row: the line is in the OS
+    when `write` returns, so a killed process loses none. Object stores have no append,
+    and rewriting the journal whole for each row would cost O(rows²) bytes: there the
+    journal is a folder of objects, one per row (the schema line goes with the first),
+    each written whole in one request that returns once the store holds it, so a killed
+    process loses no row either. The price is a request per row, small beside the model
+    calls a row makes. Readers join a part's objects in order (`_journal_bytes`).
+    """
+
+    def __init__(self, location: Location, header: bytes) -> None:
+        self.location, self._header, self._count = location, header, 0
+        self._file: Any = None
+        if location.local is not None:
+            self._file = open(location.local, "wb", buffering=0)  # noqa: SIM115 (kept open)
+            self._file.write(header)
+
+    def write(self, line: bytes) -> None:
+        if self._file is not None:
+            self._file.write(line)
+        else:
+            data = line if self._count else self._header + line
+            (self.location / f"{self._count:08d}").write_bytes(data)
+        self._count += 1
+
+    def remove(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self.location.remove()
 
 
-def make_writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        # A probe of its own: Dask workers check one folder at once, and a shared name
-        # let one delete the other's probe before it did.
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"results directory {path} is not writable ({exc.strerror}). "
-            "Pass results_dir= (or set PATRONUS_TASKS_RESULTS_DIR) to a writable folder."
-        ) from None
+def _journal_bytes(journal: Location) -> bytes:
+    """A journal's lines: the file's, or its objects' in order (see `_Journal`)."""
+    if journal.can_append:
+        return journal.read_bytes()
+    return b"".join(chunk.read_bytes() for chunk in sorted(journal.iterdir(), key=lambda c: c.name))
+
+
+def _part_of(journal: Location) -> Location:
+    return journal.with_name(journal.name.removesuffix(".journal") + ".parquet")
+
+
+def make_writable(path: Path | Location) -> None:
+    Location.of(path).check_writable()
 
 
 def _json_default(value: Any) -> Any:
@@ -204,40 +230,46 @@ def _column(records: list[dict[str, Any]], f: pa.Field) -> pa.Array:
     return pa.array(values).cast(f.type, safe=False)
 
 
-def _read_journal(path: Path) -> pa.Table | None:
+def _read_journal(journal: Location) -> pa.Table | None:
     """A journal's complete lines as a table; a line cut short by a crash is skipped."""
     schema, records = None, []
-    with path.open("rb") as fh:
-        for line in fh:
-            try:
-                item = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(item, dict) and "arrow_schema" in item:
-                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["arrow_schema"])))
-            elif isinstance(item, list):
-                records.extend(item)
+    for line in _journal_bytes(journal).splitlines():
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(item, dict) and "arrow_schema" in item:
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["arrow_schema"])))
+        elif isinstance(item, list):
+            records.extend(item)
     if schema is None or not records:
         return None
     return _to_table(records, schema)
 
 
-def _adopt_journals(parts_dir: Path, stem: str) -> None:
+def _sorted(locations: list[Location]) -> list[Location]:
+    return sorted(locations, key=lambda loc: loc.name)
+
+
+def _adopt_journals(parts_dir: Location, stem: str) -> None:
     """Turn the journals a crashed writer of this ``stem`` left into parts, so a new
     writer can go on (other stems belong to writers that may still be running)."""
-    for journal in sorted(parts_dir.glob(f"{stem}*.journal")):
-        part = journal.with_suffix(".parquet")
+    for journal in _sorted(parts_dir.glob(f"{stem}*.journal")):
+        part = _part_of(journal)
         table = None if part.exists() else _read_journal(journal)
         if table is not None:
-            _write_atomic(table, part)
-        journal.unlink()
+            part.write_table(table)
+        journal.remove()
 
 
-def unfinished_tables(out_dir: Path) -> list[pa.Table]:
-    parts_dir = out_dir / PARTS_DIR
-    tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
-    for journal in sorted(parts_dir.glob("part-*.journal")):
-        if journal.with_suffix(".parquet").exists():
+def unfinished_tables(out_dir: Path | Location) -> list[pa.Table]:
+    parts_dir = Location.of(out_dir) / PARTS_DIR
+    names = parts_dir.iterdir()  # one listing (a request on object storage) for both kinds
+    parts = {p.name for p in names if p.name.startswith("part-") and p.name.endswith(".parquet")}
+    tables = [p.read_table() for p in _sorted(names) if p.name in parts]
+    for journal in _sorted([j for j in names if j.name.startswith("part-")
+                            and j.name.endswith(".journal")]):
+        if _part_of(journal).name in parts:
             continue  # written as a part already; the journal was about to go
         table = _read_journal(journal)
         if table is not None:
@@ -245,32 +277,28 @@ def unfinished_tables(out_dir: Path) -> list[pa.Table]:
     return tables
 
 
-def remove_parts(out_dir: Path) -> None:
+def remove_parts(out_dir: Path | Location) -> None:
     """Delete the parts and journals of ``out_dir`` (their records are kept elsewhere)."""
-    parts = out_dir / PARTS_DIR
-    if parts.is_dir():
-        for leftover in parts.iterdir():
-            leftover.unlink()
-        parts.rmdir()
+    (Location.of(out_dir) / PARTS_DIR).remove()
 
 
-def read_results(out_dir: Path, columns: list[str] | None = None) -> pa.Table:
+def read_results(out_dir: Path | Location, columns: list[str] | None = None) -> pa.Table:
     """The records of an experiment: the final file, or what an unfinished one left.
 
     ``columns``: only these (every record has the fixed ones, see `records`).
     """
-    final = out_dir / RESULTS_FILE
+    final = Location.of(out_dir) / RESULTS_FILE
     if final.exists():
-        return pq.read_table(final, columns=columns)
-    table = _read_unfinished(out_dir)
+        return final.read_table(columns=columns)
+    table = _read_unfinished(Location.of(out_dir))
     return table.select(columns) if columns else table
 
 
-def _read_unfinished(out_dir: Path) -> pa.Table:
+def _read_unfinished(out_dir: Location) -> pa.Table:
     tables = unfinished_tables(out_dir)
     previous = out_dir / PREVIOUS_FILE
     if previous.exists():  # an interrupted resume: newer records win per sample
-        older = pq.read_table(previous)
+        older = previous.read_table()
         newer_sids = {s for t in tables for s in t.column("sid").to_pylist()}
         mask = pa.array([s not in newer_sids for s in older.column("sid").to_pylist()])
         tables.insert(0, older.filter(mask))

@@ -13,7 +13,6 @@ verdict) is replayed from its record rather than requested again.
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,10 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED, Record
 
 PREVIOUS_FILE = _parquet.PREVIOUS_FILE
@@ -108,12 +107,17 @@ def _by_sid(table: pa.Table | None) -> dict[str, list[Record]]:
     return dict(rows)
 
 
-def consolidate(out_dir: Path) -> pa.Table | None:
-    """Merge everything earlier runs left into ``previous.parquet``; return it."""
+def consolidate(out_dir: Path | Location) -> pa.Table | None:
+    """Merge everything earlier runs left into ``previous.parquet``; return it.
+
+    Each step leaves what a repeat of it reads the same: ``previous.parquet`` is written
+    whole before the final file and the parts it holds are removed.
+    """
+    out_dir = Location.of(out_dir)
     older_path = out_dir / _parquet.RESULTS_FILE
     if not older_path.exists():
         older_path = out_dir / PREVIOUS_FILE
-    older = pq.read_table(older_path) if older_path.exists() else None
+    older = older_path.read_table() if older_path.exists() else None
     newer_parts = _parquet.unfinished_tables(out_dir)
     newer = pa.concat_tables(newer_parts, promote_options="permissive") if newer_parts else None
     if newer is not None and older is not None:
@@ -123,19 +127,17 @@ def consolidate(out_dir: Path) -> pa.Table | None:
     merged = older if older is not None else newer
     if merged is None:
         return None
-    tmp = out_dir / (PREVIOUS_FILE + ".tmp")
-    pq.write_table(merged.replace_schema_metadata(None), tmp)
-    os.replace(tmp, out_dir / PREVIOUS_FILE)
-    (out_dir / _parquet.RESULTS_FILE).unlink(missing_ok=True)
+    (out_dir / PREVIOUS_FILE).write_table(merged.replace_schema_metadata(None))
+    (out_dir / _parquet.RESULTS_FILE).remove()
     _parquet.remove_parts(out_dir)
     return merged
 
 
-def load_replay(out_dir: Path, retry_errors_only: bool) -> Replay:
+def load_replay(out_dir: Path | Location, retry_errors_only: bool) -> Replay:
     """The previous run's records in ``out_dir``, ready to reuse."""
     return Replay(_by_sid(consolidate(out_dir)), retry_errors_only)
 
 
-def finish(out_dir: Path) -> None:
+def finish(out_dir: Path | Location) -> None:
     """After the resumed run is final, the previous records are in it: drop them."""
-    (out_dir / PREVIOUS_FILE).unlink(missing_ok=True)
+    (Location.of(out_dir) / PREVIOUS_FILE).remove()

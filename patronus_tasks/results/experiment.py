@@ -1,4 +1,5 @@
-"""A finished experiment, read back from its folder: manifest, records, summary."""
+"""A finished experiment, read back from its folder (local or in object storage):
+manifest, records, summary."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
 
@@ -21,9 +23,9 @@ class Experiment:
     link, evaluator), with the dataset's columns beside the results.
     """
 
-    def __init__(self, path: str | Path, recording: Any = None) -> None:
-        self.path = Path(path)
-        manifest = self.path / _parquet.MANIFEST_FILE
+    def __init__(self, path: str | Path | Location, recording: Any = None) -> None:
+        self.location = Location.of(path)  # a folder, or a URL of object storage
+        manifest = self.location / _parquet.MANIFEST_FILE
         self.manifest: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
         self._recording = recording  # a `TaskRunRecorder` still catching up, when run here
 
@@ -41,23 +43,30 @@ class Experiment:
         return Manifest.model_validate(self.manifest)
 
     def __repr__(self) -> str:
-        return f"Experiment({self.name!r}, path={str(self.path)!r})"
+        return f"Experiment({self.name!r}, path={str(self.location)!r})"
+
+    @property
+    def path(self) -> Path | Location:
+        """The experiment's folder: a `Path` when local, else its `Location`."""
+        return _local_or(self.location)
 
     @property
     def name(self) -> str:
-        return str(self.manifest.get("experiment_name", self.path.name))
+        return str(self.manifest.get("experiment_name", self.location.name))
 
     @property
     def project(self) -> str:
-        return str(self.manifest.get("project", self.path.parent.name))
+        return str(self.manifest.get("project", self.location.parent.name))
 
     @property
-    def results_path(self) -> Path:
-        return self.path / _parquet.RESULTS_FILE
+    def results_path(self) -> Path | Location:
+        """The results file: a `Path` when local, else its `Location` (``str()`` shows
+        its URL, credentials left out)."""
+        return _local_or(self.location / _parquet.RESULTS_FILE)
 
     def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The records (``columns``: only these), as a DataFrame."""
-        return _parquet.read_results(self.path, list(columns) if columns else None).to_pandas()
+        return _parquet.read_results(self.location, list(columns) if columns else None).to_pandas()
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
         """Write (or return, with no path) the records as CSV."""
@@ -80,3 +89,8 @@ class Experiment:
         """The summary as text (``display_hist``: with score histograms)."""
         return self.summary().format(f"Experiment {self.project}/{self.name}",
                                      histograms=display_hist)
+
+
+def _local_or(location: Location) -> Path | Location:
+    # Local results keep giving `Path`s, as they always did.
+    return location.local if location.local is not None else location

@@ -1,4 +1,4 @@
-"""Finding experiments in a results directory, by path or by name."""
+"""Finding experiments in a results directory (local or object storage), by path or by name."""
 
 from __future__ import annotations
 
@@ -6,22 +6,25 @@ from pathlib import Path
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.location import Location
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.settings import default_results_dir
 
 
 def list_experiments(results_dir: str | Path | None = None) -> list[Experiment]:
     """Every experiment under ``results_dir``, oldest first."""
-    root = Path(results_dir) if results_dir is not None else default_results_dir()
-    found = [Experiment(p.parent) for p in root.glob(f"*/*/{_parquet.MANIFEST_FILE}")]
-    return sorted(found, key=lambda e: (str(e.manifest.get("started_at", "")), str(e.path)))
+    found = [Experiment(p.parent) for p in _root(results_dir).glob(f"*/*/{_parquet.MANIFEST_FILE}")]
+    return sorted(found, key=lambda e: (str(e.manifest.get("started_at", "")), str(e.location)))
 
 
-def _from_path(path: Path) -> Experiment | None:
-    if path.is_file() and path.suffix == ".parquet":
+def _root(results_dir: str | Path | None) -> Location:
+    return Location.of(results_dir if results_dir is not None else default_results_dir())
+
+
+def _from_path(path: Location) -> Experiment | None:
+    if path.name.endswith(".parquet") and path.is_file():
         path = path.parent
-    if path.is_dir() and ((path / _parquet.MANIFEST_FILE).exists()
-                          or (path / _parquet.RESULTS_FILE).exists()):
+    if (path / _parquet.MANIFEST_FILE).exists() or (path / _parquet.RESULTS_FILE).exists():
         return Experiment(path)
     return None
 
@@ -32,19 +35,19 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     A name matches experiments by their ``experiment_name`` (the latest run wins, so
     ``nightly`` is the last nightly run), then by folder name (``nightly-2``).
     """
-    direct = _from_path(Path(path_or_name))
+    direct = _from_path(Location.of(path_or_name))
     if direct is not None:
         return direct
     text = str(path_or_name)
     runs = list_experiments(results_dir)
     project, _, name = text.rpartition("/")
-    matches = [e for e in runs if name in (e.name, e.path.name)
-               and (not project or project in (e.project, e.path.parent.name))]
+    matches = [e for e in runs if name in (e.name, e.location.name)
+               and (not project or project in (e.project, e.location.parent.name))]
     by_name = [e for e in matches if e.name == name]
     chosen = by_name or matches
     if not chosen:
-        root = Path(results_dir) if results_dir is not None else default_results_dir()
-        raise ConfigError(f"no experiment {text!r} under {root}; `patronus-tasks list` shows them.")
+        raise ConfigError(f"no experiment {text!r} under {_root(results_dir)}; "
+                          "`patronus-tasks list` shows them.")
     if len({e.project for e in chosen}) > 1:
         raise ConfigError(f"{text!r} names experiments in several projects "
                           f"({', '.join(sorted({e.project for e in chosen}))}); "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record import resume as _resume
+from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import DatasetInfo, EvaluatorInfo, LinkInfo, Manifest, PrefectRecords
 from patronus_tasks.record.records import STATUS_ERROR, Record
 from patronus_tasks.results.gates import error_gate, failed_gates
@@ -92,7 +93,8 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.d
 
 
 class ManifestFile:
-    """The experiment's ``manifest.json``, rewritten whole (atomically) on every change.
+    """The experiment's ``manifest.json``, rewritten whole (atomically: a new file renamed
+    over it, or one object written whole) on every change.
 
     Written from the experiment's loop (its status) and from the background loop (how
     many task runs Prefect holds, while it catches up): one lock for both.
@@ -102,8 +104,8 @@ class ManifestFile:
     #: same folder (before a resume or a retry) may still be catching up.
     _lock = threading.Lock()
 
-    def __init__(self, out_dir: Path) -> None:
-        self.path = out_dir / _parquet.MANIFEST_FILE
+    def __init__(self, out_dir: Path | Location) -> None:
+        self.path = Location.of(out_dir) / _parquet.MANIFEST_FILE
         self.data: dict[str, Any] | None = None
 
     def write(self, manifest: Manifest) -> None:
@@ -120,7 +122,7 @@ class ManifestFile:
                 self.data["prefect"] = PrefectRecords(
                     task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
                     task_runs_lost=recorder.lost,
-                    complete=recorder.done and not recorder.lost).model_dump()
+                    complete=recorder.ended and not recorder.lost).model_dump()
                 self._save()
 
     def _still_ours(self) -> bool:
@@ -134,9 +136,7 @@ class ManifestFile:
         return bool(on_disk.get("started_at") == self.data.get("started_at"))
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str))
-        tmp.replace(self.path)
+        self.path.write_bytes(json.dumps(self.data, indent=2, default=str).encode())
 
 
 async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | None = None,

@@ -7,7 +7,6 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from typing_extensions import Unpack
@@ -18,6 +17,7 @@ from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.location import Location
 from patronus_tasks.results.gates import check_fail_on_error
 from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
@@ -39,7 +39,7 @@ class ExperimentSpec:
     links: tuple[Link, ...]
     tags: dict[str, str]
     max_concurrency: int
-    out_dir: Path
+    out_dir: Location  # a local folder or an object-store prefix
     backend: str = "prefect"  # "prefect", "local" or "batches" (on `task_runner`)
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
@@ -95,7 +95,7 @@ def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
     return tags
 
 
-def _free_dir(results_dir: Path, project: str, name: str) -> Path:
+def _free_dir(results_dir: Location, project: str, name: str) -> Location:
     """The experiment's folder; a finished run of the same name keeps its own."""
     base = _parquet.experiment_dir(results_dir, project, name)
     path, n = base, 1
@@ -105,7 +105,7 @@ def _free_dir(results_dir: Path, project: str, name: str) -> Path:
     return path
 
 
-def _runs_of(results_dir: Path, project: str, name: str) -> list[Path]:
+def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
     """Folders of earlier runs of this experiment name: ``name``, ``name-2``, ..."""
     base = _parquet.experiment_dir(results_dir, project, name)
     found, n = [], 1
@@ -117,11 +117,12 @@ def _runs_of(results_dir: Path, project: str, name: str) -> list[Path]:
     return found
 
 
-def _manifest_of(path: Path) -> dict[str, Any]:
+def _manifest_of(path: Location) -> dict[str, Any]:
     return dict(json.loads((path / _parquet.MANIFEST_FILE).read_text()))
 
 
-def _to_resume(root: Path, project: str, name: str, experiment_id: str | None) -> Path | None:
+def _to_resume(root: Location, project: str, name: str,
+               experiment_id: str | None) -> Location | None:
     runs = _runs_of(root, project, name)
     if experiment_id is None:
         return runs[-1] if runs else None
@@ -132,7 +133,7 @@ def _to_resume(root: Path, project: str, name: str, experiment_id: str | None) -
                       f"{project!r} under {root}; check the id (manifest.json) and the name.")
 
 
-def _resumed(spec: ExperimentSpec, path: Path, replay: Replay) -> ExperimentSpec:
+def _resumed(spec: ExperimentSpec, path: Location, replay: Replay) -> ExperimentSpec:
     manifest = _manifest_of(path)
     previous = (manifest.get("dataset") or {}).get("sha256")
     if previous and previous != spec.dataset.content_hash():
@@ -199,7 +200,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
-    root = Path(o["results_dir"]) if o["results_dir"] is not None else default_results_dir()
+    root = Location.of(o["results_dir"] if o["results_dir"] is not None else default_results_dir())
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
                           concurrency, _free_dir(root, project_name, name), kind,
                           fail_on_error=o["fail_on_error"],

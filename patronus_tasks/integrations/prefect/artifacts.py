@@ -12,6 +12,7 @@ import contextlib
 import re
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,6 +25,7 @@ from prefect.artifacts import (
 )
 from prefect.client.orchestration import get_client
 
+from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary
 
@@ -111,24 +113,23 @@ def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str) 
                       "", f"Results: `{where}`", *_failure_lines(df)])
 
 
-def results_link(location: str) -> tuple[str, str]:
-    """The link artifact's target and text for results at ``location`` (a local path or a
-    URL). A local path becomes a ``file://`` URL, which only its own machine opens: the
-    text names that machine."""
-    if "://" in location:
-        return location, location
-    from pathlib import Path
-
-    return Path(location).resolve().as_uri(), f"{socket.gethostname()}:{location}"
+def results_link(location: Path | Location) -> tuple[str, str]:
+    """The link artifact's target and text for results at ``location`` (a local path or
+    object storage). A local path becomes a ``file://`` URL, which only its own machine
+    opens: the text names that machine."""
+    target = link_target(location)
+    if target.startswith("file:"):
+        return target, f"{socket.gethostname()}:{location}"
+    return target, target
 
 
 async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
-                  location: str) -> None:
+                  location: Path | Location) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = f"{title}: {summary.headline()}"
     await acreate_table_artifact(summary_rows(summary), key=artifact_key(series, "summary"),
                                  description=figures)
-    await acreate_markdown_artifact(report_markdown(title, summary, df, location),
+    await acreate_markdown_artifact(report_markdown(title, summary, df, str(location)),
                                     key=artifact_key(series, "report"), description=figures)
     target, text = results_link(location)
     await acreate_link_artifact(target, link_text=text, key=artifact_key(series, "results"),

@@ -71,7 +71,7 @@ async def _publish(spec: ExperimentSpec, title: str) -> tuple[Experiment, Summar
     experiment = Experiment(spec.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
-    await _artifacts.publish(_series_key(spec), title, summary, df, str(experiment.results_path))
+    await _artifacts.publish(_series_key(spec), title, summary, df, experiment.results_path)
     return experiment, summary
 
 

@@ -87,6 +87,7 @@ class TaskRunRecorder:
         self.lost = self.logs_dropped = 0
         self._closed = False
         self._finished = threading.Event()
+        self._ended = False  # `ended`: set before the last progress note; `done` after it
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -152,6 +153,11 @@ class TaskRunRecorder:
     def done(self) -> bool:
         return self._finished.is_set()
 
+    @property
+    def ended(self) -> bool:
+        """Nothing more will be recorded (true already for the last progress note)."""
+        return self._ended
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server has every event (or they were given up); True if so."""
         return self._finished.wait(timeout)
@@ -189,8 +195,12 @@ class TaskRunRecorder:
             if self.logs_dropped:
                 logger.warning("%d log records of calls were dropped: more than %d waited to be "
                                "sent to Prefect", self.logs_dropped, MAX_LOGS)
-            self._finished.set()
+            # The last note (the manifest's "complete") before anyone waiting goes on: a
+            # process exiting then would cut it off (on object storage, pyarrow's S3 ends
+            # at exit and the write fails).
+            self._ended = True
             self._progress()
+            self._finished.set()
 
     def _progress(self) -> None:
         if self.on_progress is not None:

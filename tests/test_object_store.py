@@ -1,0 +1,280 @@
+"""``results_dir`` as an object-store URL, against a real S3-compatible server (moto's,
+in this process on 127.0.0.1): run, read back, resume after SIGKILL, the Prefect link
+artifact, credentials never shown; and ``file://`` URLs. gs:// and az:// need their
+services and are not run here (az:// without adlfs is checked to say so)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from patronus_tasks import ConfigError, Row, evaluator, run_experiment, task
+from patronus_tasks.record.location import Location, redact
+from patronus_tasks.results import list_experiments, load_experiment
+
+from .servers import serve
+from .test_resume import CountingModel, _run
+
+BUCKET = "results-bucket"
+SECRET = "s3cr3tValue"  # moto takes any credentials; this one must never show
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A moto S3 server with one bucket; its ``host:port``. Credentials from the
+    environment, as for real S3 (subprocesses inherit them)."""
+    from moto.server import ThreadedMotoServer
+
+    saved = {k: os.environ.get(k) for k in AWS_ENV}
+    os.environ.update(AWS_ENV)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"{host}:{port}"
+    pafs.S3FileSystem(endpoint_override=endpoint, scheme="http",
+                     allow_bucket_creation=True).create_dir(BUCKET)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def _url(endpoint: str, prefix: str, extra: str = "") -> str:
+    return f"s3://{BUCKET}/{prefix}?endpoint_override={endpoint}&scheme=http{extra}"
+
+
+def _keys(endpoint: str, prefix: str) -> list[str]:
+    fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http")
+    found = fs.get_file_info(pafs.FileSelector(f"{BUCKET}/{prefix}", recursive=True,
+                                               allow_not_found=True))
+    return sorted(i.path.removeprefix(f"{BUCKET}/{prefix}/") for i in found
+                  if i.type == pafs.FileType.File)
+
+
+@task
+def echo(evaluated_model_input: str) -> str:
+    return f"echo {evaluated_model_input}"
+
+
+@evaluator
+def is_echo(evaluated_model_output: str) -> bool:
+    return evaluated_model_output.startswith("echo")
+
+
+DATA = [{"evaluated_model_input": f"q{i}"} for i in range(12)]
+
+
+def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
+    prefix = f"runs-{uuid.uuid4().hex[:8]}"
+    url = _url(s3, prefix)
+    exp = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
+                         experiment_name="first", backend="local", results_dir=url,
+                         print_summary=False)
+    assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/results.parquet"]
+    assert str(exp.results_path) == _url(s3, f"{prefix}/s3_project/first/results.parquet")
+    assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 12
+    assert exp.to_dataframe()["pass"].all() and len(exp.to_dataframe()) == 12
+    assert f"Results: s3://{BUCKET}/{prefix}/s3_project/first/results.parquet" in exp.format_summary()
+    # By URL of its folder, by name under the results URL, and in the listing.
+    assert len(load_experiment(_url(s3, f"{prefix}/s3_project/first")).to_dataframe()) == 12
+    assert load_experiment("s3 project/first", results_dir=url).manifest == exp.manifest
+    assert [e.name for e in list_experiments(url)] == ["first"]
+    # Plain pyarrow and pandas read the object too.
+    fs = pafs.S3FileSystem(endpoint_override=s3, scheme="http")
+    key = f"{BUCKET}/{prefix}/s3_project/first/results.parquet"
+    assert pq.read_table(key, filesystem=fs).num_rows == 12
+    assert len(pd.read_parquet(key, filesystem=fs)) == 12
+    # A second run of the name gets a folder of its own, as locally.
+    again = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
+                           experiment_name="first", backend="local", results_dir=url, print_summary=False)
+    assert str(again.path).startswith(f"s3://{BUCKET}/{prefix}/s3_project/first-2?")
+
+
+def test_cli_takes_a_results_url(s3: str) -> None:
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    url = _url(s3, prefix)
+    run_experiment("cli", data=DATA[:4], task=echo, evaluators=[is_echo], experiment_name="e",
+                   backend="local", results_dir=url, print_summary=False)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "--results-dir", url])
+    assert listed.exit_code == 0 and "cli/e " in listed.stdout and "rows=4" in listed.stdout
+    shown = runner.invoke(app, ["show", "cli/e", "--results-dir", url])
+    assert shown.exit_code == 0 and "Pass rate : 100.0%  (4/4)" in shown.stdout
+    exported = runner.invoke(app, ["export", _url(s3, f"{prefix}/cli/e"), "--format", "csv"])
+    assert exported.exit_code == 0 and exported.stdout.count("\n") == 5
+
+
+def test_endpoint_from_the_environment(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{s3}")
+    prefix = f"env-{uuid.uuid4().hex[:8]}"
+    exp = run_experiment("p", data=DATA[:3], task=echo, evaluators=[is_echo], experiment_name="e",
+                         backend="local", results_dir=f"s3://{BUCKET}/{prefix}", print_summary=False)
+    assert str(exp.results_path) == f"s3://{BUCKET}/{prefix}/p/e/results.parquet"
+    assert len(exp.to_dataframe()) == 3 and "p/e/results.parquet" in _keys(s3, prefix)
+
+
+def test_journal_on_s3_keeps_every_row_without_a_flush(s3: str) -> None:
+    """Object storage has no append: each row is an object of the part's journal, so a
+    writer that dies before its part loses none, and the next writer adopts them."""
+    from patronus_tasks.record.parquet import ParquetSink, read_results
+    from patronus_tasks.record.records import Record
+
+    prefix = f"journal-{uuid.uuid4().hex[:8]}"
+    out = Location.of(_url(s3, prefix))
+    df = pd.DataFrame({"sid": ["1", "2", "3"], "n": [1, 2, 3]})
+    sink = ParquetSink(out, df, batch_rows=10_000, flush_seconds=3600)
+    for row in df.to_dict("records"):
+        sink.add([Record(sid=row["sid"], link_index=0, status="ok", row={"n": row["n"]})])
+    assert _keys(s3, prefix) == [f"parts/part-000000.journal/{i:08d}" for i in range(3)]
+    assert read_results(Location.of(_url(s3, prefix)))["n"].to_pylist() == [1, 2, 3]
+    ParquetSink(out, df)  # a new writer: the journal becomes part 0, it goes on at part 1
+    assert _keys(s3, prefix) == ["parts/part-000000.parquet"]
+    assert read_results(out).num_rows == 3
+
+
+def test_resume_from_s3_after_sigkill(s3: str) -> None:
+    """As tests/test_resume.py's SIGKILL test, with the results in S3."""
+    counting = CountingModel()
+    prefix = f"resume-{uuid.uuid4().hex[:8]}"
+    url = _url(s3, prefix)
+    with serve(counting) as server:
+        counting.stall.set()
+        proc = _run(server.url, url, "fresh")  # type: ignore[arg-type]  # a URL, not a Path
+        deadline = time.monotonic() + 60
+        while sum(counting.seen.values()) < 14 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # rows q0..q9 have answered and been journalled; q10.. hang
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        folder = _url(s3, f"{prefix}/resumable/long-run")
+        assert not any(k.endswith("results.parquet") for k in _keys(s3, prefix))
+        done_before = set(load_experiment(folder).to_dataframe()["evaluated_model_input"])
+        assert {f"q{i}" for i in range(10)} <= done_before
+        counting.stall.clear()
+        resumed = _run(server.url, url, "resume")  # type: ignore[arg-type]
+        assert resumed.wait(120) == 0, resumed.stderr.read().decode()[-2000:] if resumed.stderr else ""
+    exp = load_experiment(folder)
+    df = exp.to_dataframe()
+    assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 31)] and df["pass"].all()
+    assert all(counting.seen[q] == 1 for q in done_before)  # never asked twice
+    assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 30
+    assert _keys(s3, prefix) == ["resumable/long-run/manifest.json",
+                                 "resumable/long-run/results.parquet"]
+
+
+def test_credentials_in_the_url_are_never_shown(s3: str, caplog: pytest.LogCaptureFixture) -> None:
+    prefix = f"secret-{uuid.uuid4().hex[:8]}"
+    # pyarrow takes S3 credentials in the URL as user:password (its query takes none).
+    url = _url(s3, prefix).replace("s3://", f"s3://testing:{SECRET}@")
+    caplog.set_level(logging.DEBUG)
+    exp = run_experiment("p", data=DATA[:2], task=echo, evaluators=[is_echo], experiment_name="e",
+                         backend="local", results_dir=url, print_summary=False)
+    shown = [str(exp.path), str(exp.results_path), repr(exp), exp.format_summary(), caplog.text]
+    fs = pafs.S3FileSystem(endpoint_override=s3, scheme="http")
+    stored = [fs.open_input_stream(f"{BUCKET}/{prefix}/{k}").read().decode("latin-1")
+              for k in _keys(s3, prefix)]  # the manifest, and the Parquet with its metadata
+    for text in shown + stored:
+        assert SECRET not in text and "s3cr3t" not in text
+    assert str(exp.results_path).startswith(f"s3://testing:***@{BUCKET}/{prefix}/p/e/results.parquet?")
+    assert Location.of(url).link == f"s3://{BUCKET}/{prefix}"
+    with pytest.raises(ConfigError) as err:  # an error names the URL: redacted too
+        run_experiment("p", data=DATA[:1], task=echo, evaluators=[is_echo], backend="local",
+                       results_dir=url.replace(BUCKET, "no-such-bucket"), print_summary=False)
+    assert "s3cr3t" not in str(err.value) and "no-such-bucket" in str(err.value)
+
+
+def test_redact() -> None:
+    assert redact("s3://AKID:topsecret@b/k?endpoint_override=h:1&scheme=http&session_token=t0k") == \
+        "s3://AKID:***@b/k?endpoint_override=h:1&scheme=http&session_token=***"
+    assert redact("abfs://container@acct.dfs.core.windows.net/x?sas_token=sv%3Dabc") == \
+        "abfs://container@acct.dfs.core.windows.net/x?sas_token=***"
+
+
+def test_schemes_that_need_a_package_say_which() -> None:
+    pytest.importorskip("fsspec")
+    try:
+        import adlfs  # noqa: F401
+        pytest.skip("adlfs is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match="adlfs") as err:
+        Location.of("az://container/x?account_key=hush")
+    assert "hush" not in str(err.value)
+    with pytest.raises(ConfigError, match="nosuchscheme"):
+        Location.of("nosuchscheme://x/y")
+
+
+def test_file_url_is_a_local_folder(tmp_path: Path) -> None:
+    exp = run_experiment("p", data=DATA[:3], task=echo, evaluators=[is_echo], experiment_name="e",
+                         backend="local", results_dir=(tmp_path / "r").as_uri(), print_summary=False)
+    assert exp.path == (tmp_path / "r" / "p" / "e").resolve() and isinstance(exp.path, Path)
+    assert exp.results_path == exp.path / "results.parquet" and pq.read_table(exp.results_path).num_rows == 3
+    assert Location.of(exp.results_path).link == exp.path.joinpath("results.parquet").as_uri()
+
+
+def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from patronus_tasks.integrations.prefect.artifacts import artifact_key
+
+    prefix = f"prefect-{uuid.uuid4().hex[:8]}"
+
+    @evaluator
+    def ok(row: Row) -> bool:
+        return True
+
+    exp = run_experiment("S3 Linked", data=DATA[:4], evaluators=[ok], experiment_name="nightly",
+                         results_dir=_url(s3, prefix), print_summary=False)
+
+    async def links() -> list[str]:
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[artifact_key("S3 Linked", "results")]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[exp.manifest["flow_run_id"]])))
+        return [str(a.data) for a in found]
+
+    target = f"s3://{BUCKET}/{prefix}/S3_Linked/nightly/results.parquet"
+    assert asyncio.run(links()) == [f"[{target}]({target})"]
+    assert str(exp.results_path) == _url(s3, f"{prefix}/S3_Linked/nightly/results.parquet")
+    assert exp.to_dataframe()["pass"].all()
+    # The records catch up in the background, noting it in the manifest in S3 (before
+    # this module's server goes: wait for them).
+    assert exp.wait_recorded(120)
+    assert load_experiment(exp.location).manifest["prefect"]["complete"] is True
+
+
+def test_dask_workers_write_their_parts_to_s3(s3: str, prefect_server: str) -> None:
+    """Batches on other processes write parts into the same S3 prefix (the workers get
+    the credentials from the environment they inherit)."""
+    pytest.importorskip("prefect_dask")
+    from .dask_steps import said_row, where
+
+    prefix = f"dask-{uuid.uuid4().hex[:8]}"
+    exp = run_experiment("dask", data=[{"x": i} for i in range(20)], task=where,
+                         evaluators=[said_row], experiment_name="spread", backend="dask",
+                         results_dir=_url(s3, prefix), print_summary=False, max_concurrency=4)
+    df = exp.to_dataframe()
+    assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 21)] and df["pass"].all()
+    assert len(exp.manifest["worker_pids"]) >= 2
+    assert _keys(s3, prefix) == ["dask/spread/manifest.json", "dask/spread/results.parquet"]
