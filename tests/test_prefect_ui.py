@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterKey,
@@ -92,9 +93,10 @@ def _shown(run: Any) -> dict[str, str]:
 
 def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
         prefect_server: str, results_dir: Path) -> None:
-    exp = run_experiment("ui-verdicts", data=DATA, task=echo, evaluators=matches,
-                         experiment_name="v1", results_dir=results_dir, print_summary=False,
-                         max_concurrency=2, tags={"suite": "ui"})
+    with temporary_settings({PREFECT_LOGGING_TO_API_ENABLED: True}):  # off in the suite
+        exp = run_experiment("ui-verdicts", data=DATA, task=echo, evaluators=matches,
+                             experiment_name="v1", results_dir=results_dir,
+                             print_summary=False, max_concurrency=2, tags={"suite": "ui"})
     assert exp.wait_recorded(60)
     flow_run, runs, logs = asyncio.run(_read(exp.manifest["flow_run_id"],
                                              f"results: {exp.results_path}"))
