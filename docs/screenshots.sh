@@ -39,16 +39,17 @@ async def ids() -> None:
         art = [a for a in await client.read_artifacts() if a.flow_run_id == last.id
                and a.key and a.key.endswith("vs-previous")]
         (scratch / "urls").write_text(
-            f"flow-run /runs/flow-run/{last.id}\n"
-            f"not-passed /runs/task-run/{failed[0].id}\n"
-            f"vs-previous /artifacts/artifact/{art[0].id}\n")
+            f"flow-run 1500,1700 /runs/flow-run/{last.id}\n"
+            f"not-passed 1500,700 /runs/task-run/{failed[0].id}\n"
+            f"vs-previous 1500,1000 /artifacts/artifact/{art[0].id}\n")
 
 asyncio.run(ids())
 EOF
 
-while read -r name path; do
+sleep 10  # the records and logs catch up
+while read -r name size path; do
   chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
-    --hide-scrollbars --window-size=1500,1000 --virtual-time-budget=20000 \
+    --hide-scrollbars --window-size="$size" --virtual-time-budget=30000 \
     --screenshot="docs/$name.png" "http://127.0.0.1:4310$path" 2>/dev/null
 done < "$SCRATCH/urls"
 ls -l docs/*.png

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterKey,
@@ -22,6 +21,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
     LogFilterTaskRunId,
 )
+from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 
 from patronus_tasks import (
     EvaluationResult,
