@@ -262,6 +262,23 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     # this module's server goes: wait for them).
     assert exp.wait_recorded(120)
     assert load_experiment(exp.location).manifest["prefect"]["complete"] is True
+    # The next run of the series finds this one from its link (no endpoint in it: the
+    # run's own storage settings open it) and compares with it.
+    again = run_experiment("S3 Linked", data=DATA[:4], evaluators=[ok],
+                           experiment_name="nightly", results_dir=_url(s3, prefix),
+                           print_summary=False)
+    assert again.wait_recorded(120)
+
+    async def compared() -> str:
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[artifact_key("S3 Linked", "vs-previous")]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[again.manifest["flow_run_id"]])))
+        return str(found[0].data)
+
+    report = asyncio.run(compared())
+    assert "Previous run: `nightly`" in report and f"`{target}`" in report
+    assert "| ok | 4 | 100.0% | 100.0% |" in report
 
 
 def test_dask_workers_write_their_parts_to_s3(s3: str, prefect_server: str) -> None:

@@ -127,6 +127,16 @@ class Location:
         shown = redact(urlunsplit((*parts[:3], "", "")))
         return cls(fs=fs, key=key, shown=shown, query=urlsplit(redact(text)).query)
 
+    def at(self, url: str) -> Location:
+        """The object at ``url`` (a `link`, which has no settings) in this one's store: its
+        file system and settings (an endpoint given in the query, say) when ``url`` is of
+        the same scheme, else ``url`` opened on its own."""
+        parts = urlsplit(url)
+        if self.local is not None or not url.startswith(self._shown.split("://", 1)[0] + "://"):
+            return Location.of(url)
+        key = f"{parts.netloc}{parts.path}"
+        return Location(fs=self._fs, key=key, shown=url.rstrip("/"), query=self._query)
+
     # Names -------------------------------------------------------------------------
 
     def __truediv__(self, name: str) -> Location:

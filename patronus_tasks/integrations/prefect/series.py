@@ -69,12 +69,13 @@ async def previous_run(series: str) -> PreviousRun | None:
     return PreviousRun(target, str(found[0].flow_run_id) if found[0].flow_run_id else None)
 
 
-def experiment_at(results_url: str) -> Experiment:
-    """The experiment whose results file is at ``results_url`` (a link artifact's target)."""
+def experiment_at(results_url: str, this: Experiment) -> Experiment:
+    """The experiment whose results file is at ``results_url`` (a link artifact's target),
+    opened with this run's storage settings when it is in the same kind of store."""
     parsed = urlparse(results_url)
     if parsed.scheme in ("", "file"):
         return Experiment(Path(unquote(parsed.path)).parent)
-    return Experiment(results_url.rsplit("/", 1)[0])
+    return Experiment(this.location.at(results_url).parent)
 
 
 def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison | str:
@@ -82,7 +83,7 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
     if previous is None:
         return "This is the first run of its series: nothing to compare with yet."
     try:
-        return compare_experiments(experiment_at(previous.location), this)
+        return compare_experiments(experiment_at(previous.location, this), this)
     except Exception as exc:  # gone or unreadable: say so, the run itself is fine
         logger.warning("could not read the previous run's results at %s: %s",
                        previous.location, exc)
