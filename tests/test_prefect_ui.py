@@ -25,6 +25,7 @@ from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 
 from patronus_tasks import (
     EvaluationResult,
+    Parent,
     QualityGateError,
     Row,
     TaskResult,
@@ -32,7 +33,7 @@ from patronus_tasks import (
     run_experiment,
     task,
 )
-from patronus_tasks.integrations.prefect.artifacts import artifact_key
+from patronus_tasks.integrations.prefect.artifacts import artifact_key, summary_rows
 from patronus_tasks.results.compare import compare_experiments
 
 LONG = "the rows differ because " + "of many reasons " * 30
@@ -222,3 +223,22 @@ def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir:
     assert "| matches | 33.3% | 1/3 |" in report
     assert LONG[:100] in report and LONG not in report and "…" in report
     assert exp.info.series == "ui-tables"
+
+
+@task
+def again(parent: Parent) -> str:
+    return str(parent.task.evaluated_model_output)
+
+
+def test_the_link_column_shows_only_for_a_chain(results_dir: Path) -> None:
+    def rows(**chain: Any) -> list[dict[str, Any]]:
+        exp = run_experiment("ui-links", data=DATA[:2], backend="local", results_dir=results_dir,
+                             print_summary=False, **chain)
+        return summary_rows(exp.summary())
+
+    single = rows(task=echo, evaluators=[matches])
+    assert "link" not in single[0] and single[0]["evaluator"] == "matches"
+    chained = rows(chain=[{"task": echo, "evaluators": [matches]},
+                          {"task": again, "evaluators": [matches]}])
+    assert [(r["link"], r["evaluator"], r["pass rate"]) for r in chained] == [
+        (0, "matches", "50.0%"), (1, "matches", "50.0%")]
