@@ -89,7 +89,7 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     keys = {a.key for a in artifacts}  # one series: the deployment's, whatever the name
     series = "text-to-sql-eval-text-to-sql-nightly-text-to-sql"
     assert keys == {f"{series}-{k}" for k in ("summary", "report", "results", "progress",
-                                               "vs-previous")}
+                                               "vs-previous", "history")}
     assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
     assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"
     path = results / "text-to-sql" / "deployed" / "results.parquet"

@@ -199,6 +199,13 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert "`s01`, `s02`" in table and "`s00`" not in table  # s00 was wrong both times
     assert "-5.0%" in compared[1].data and "| no |" in compared[1].data  # not significant
     asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
+    # The history: one table, the series' runs newest first (the UI lists a key's
+    # versions by id only).
+    history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
+    rows = history if isinstance(history, list) else json.loads(history)
+    assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
+        (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", ""),
+        (Experiment(first["path"]).name, "100.0%", "")]
 
 
 async def _assert_failed(flow_run_id: str) -> None:

@@ -85,6 +85,8 @@ async def _verdict(spec: ExperimentSpec, title: str, log: Any) -> State:
     previous = await _series.previous_run(_series_key(spec))  # before ours is published
     experiment, summary = await _publish(spec, title)
     comparison = await _series.publish_comparison(_series_key(spec), title, previous, experiment)
+    await _series.publish_history(_series_key(spec),
+                                  _series.history_row(experiment, summary, comparison))
     failures = gate_failures(spec, experiment, summary)
     if spec.fail_on_regression:
         failures += _series.regression_failures(comparison)

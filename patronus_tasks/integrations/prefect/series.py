@@ -7,6 +7,7 @@ version of the series' results link (the server is the one registry every worker
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from prefect.artifacts import acreate_markdown_artifact
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
@@ -23,6 +24,7 @@ from prefect.context import FlowRunContext
 from patronus_tasks.integrations.prefect.artifacts import artifact_key, markdown_table
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.summary import Summary
 
 logger = logging.getLogger("patronus_tasks")
 #: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
@@ -180,3 +182,44 @@ async def publish_comparison(series: str, title: str, previous: PreviousRun | No
                                     key=artifact_key(series, "vs-previous"),
                                     description=f"{title}: {headline(comparison)}")
     return comparison
+
+
+#: Runs the ``<series>-history`` table keeps, newest first.
+HISTORY_ROWS = 60
+
+
+def history_row(this: Experiment, summary: Summary, comparison: Comparison | str) -> dict[str, Any]:
+    """This run as one row of its series' history: when, what, each evaluator's figure."""
+    row: dict[str, Any] = {"started": str(this.manifest.get("started_at", ""))[:16].replace("T", " "),
+                           "experiment": this.name, "rows": summary.samples}
+    for s in summary.evaluators:
+        name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator
+        row[name] = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
+                     else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
+    regressed = [] if isinstance(comparison, str) else comparison.significant_regressions(ALPHA)
+    row.update({"task errors": summary.task_errors, "evaluator errors": summary.evaluator_errors,
+                "regressed": ", ".join(e.evaluator for e in regressed)})
+    return row
+
+
+async def publish_history(series: str, row: dict[str, Any]) -> None:
+    """``<series>-history``: the last runs of the series, one row each, newest first.
+
+    The UI lists an artifact key's versions by id only: this one table is where a
+    series' figures read night after night (the previous version's rows, plus this run).
+    """
+    key = artifact_key(series, "history")
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            sort=ArtifactSort.CREATED_DESC, limit=1)
+    earlier = _table(found[0].data) if found else []
+    rows = [row, *earlier][:HISTORY_ROWS]
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    await acreate_table_artifact([{c: r.get(c, "") for c in columns} for r in rows], key=key,
+                                 description=f"{series}: the last {len(rows)} runs, newest first")
+
+
+def _table(data: Any) -> list[dict[str, Any]]:
+    rows = json.loads(data) if isinstance(data, str) else data
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
