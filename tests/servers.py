@@ -6,6 +6,7 @@ handler function, so tests check exactly what was sent over the wire.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -49,7 +50,9 @@ def _handler_class(server: FakeServer, handle: Callable[[Recorded], Reply]) -> t
             for k, v in headers.items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(data)
+            # The client may have given up (a timeout under test): nothing to answer.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
 
         do_GET = do_POST = do_PUT = do_PATCH = _serve
 
