@@ -2,7 +2,8 @@
 # Take the README's Prefect UI screenshots again: a `server up` stack on port 4310 (its
 # state in a scratch folder), two runs of the nightly deployment (the second on a copy of
 # the dataset with three wrong queries), then headless Chromium (Debian: apt install
-# chromium) on the experiment's flow run and its comparison artifact.
+# chromium) on the experiment's flow run, a task run that did not pass and the comparison
+# artifact.
 # Run from the repository's root: docs/screenshots.sh
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
@@ -34,10 +35,13 @@ async def ids() -> None:
     async with get_client() as client:
         runs = [r for r in await client.read_flow_runs() if r.parent_task_run_id]
         last = max(runs, key=lambda r: r.created)
+        tasks = await client.read_task_runs()
+        failed = [t for t in tasks if t.flow_run_id == last.id and t.state.name == "Not passed"]
         art = [a for a in await client.read_artifacts() if a.flow_run_id == last.id
                and a.key and a.key.endswith("vs-previous")]
         (scratch / "urls").write_text(
             f"flow-run 1500,1700 /runs/flow-run/{last.id}\n"
+            f"not-passed 1400,420 /runs/task-run/{failed[0].id}\n"
             f"vs-previous 1500,1000 /artifacts/artifact/{art[0].id}\n")
 
 asyncio.run(ids())
@@ -46,7 +50,7 @@ EOF
 sleep 10  # the records and logs catch up
 while read -r name size path; do
   chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
-    --hide-scrollbars --window-size="$size" --virtual-time-budget=30000 \
+    --hide-scrollbars --window-size="$size" --virtual-time-budget=40000 \
     --screenshot="docs/$name.png" "http://127.0.0.1:4310$path" 2>/dev/null
 done < "$SCRATCH/urls"
 ls -l docs/*.png
