@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from patronus_tasks.record.location import Location, redact
 from patronus_tasks.results import list_experiments, load_experiment
 
 from .servers import serve
-from .test_resume import CountingModel, _run
+from .test_resume import CountingModel, _run, killed_mid_run
 
 BUCKET = "results-bucket"
 SECRET = "s3cr3tValue"  # moto takes any credentials; this one must never show
@@ -158,20 +156,13 @@ def test_resume_from_s3_after_sigkill(s3: str) -> None:
     prefix = f"resume-{uuid.uuid4().hex[:8]}"
     url = _url(s3, prefix)
     with serve(counting) as server:
-        counting.stall.set()
-        proc = _run(server.url, url, "fresh")  # type: ignore[arg-type]  # a URL, not a Path
-        deadline = time.monotonic() + 60
-        while sum(counting.seen.values()) < 14 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # rows q0..q9 have answered and been journalled; q10.. hang
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        killed_mid_run(server.url, url, counting)
         folder = _url(s3, f"{prefix}/resumable/long-run")
         assert not any(k.endswith("results.parquet") for k in _keys(s3, prefix))
         done_before = set(load_experiment(folder).to_dataframe()["evaluated_model_input"])
         assert {f"q{i}" for i in range(10)} <= done_before
         counting.stall.clear()
-        resumed = _run(server.url, url, "resume")  # type: ignore[arg-type]
+        resumed = _run(server.url, url, "resume")
         assert resumed.wait(120) == 0, resumed.stderr.read().decode()[-2000:] if resumed.stderr else ""
     exp = load_experiment(folder)
     df = exp.to_dataframe()

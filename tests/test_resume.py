@@ -64,22 +64,27 @@ def model() -> Iterator[tuple[FakeServer, CountingModel]]:
         yield server, counting
 
 
-def _run(url: str, results: Path, mode: str) -> subprocess.Popen[bytes]:
+def _run(url: str, results: Path | str, mode: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", SCRIPT, url, str(results), mode], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, CountingModel],
-                                                 tmp_path: Path) -> None:
-    server, counting = model
+def killed_mid_run(url: str, results: Path | str, counting: CountingModel) -> None:
+    """Start the run, SIGKILL it once rows q0..q9 are journalled and q10.. hang."""
     counting.stall.set()
-    proc = _run(server.url, tmp_path, "fresh")
+    proc = _run(url, results, "fresh")
     deadline = time.monotonic() + 60
     while sum(counting.seen.values()) < 14 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)  # rows q0..q9 have answered and been journalled; q10.. hang
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
+
+
+def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, CountingModel],
+                                                 tmp_path: Path) -> None:
+    server, counting = model
+    killed_mid_run(server.url, tmp_path, counting)
     out_dir = tmp_path / "resumable" / "long-run"
     assert not (out_dir / "results.parquet").exists()
     before = load_experiment(out_dir).to_dataframe()

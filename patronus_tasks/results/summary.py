@@ -55,7 +55,8 @@ class Summary:
 
     def headlines(self) -> list[str]:
         """Each evaluator's pass rate (or mean score), then the error counts."""
-        parts = [_headline(s, self.links > 1) for s in self.evaluators]
+        many = self.links > 1
+        parts = [_headline(s, many) for s in self.evaluators]
         parts.append(f"task errors {self.task_errors}, evaluator errors {self.evaluator_errors}"
                      + (f", skipped rows {self.skipped_tasks}" if self.skipped_tasks else ""))
         return parts

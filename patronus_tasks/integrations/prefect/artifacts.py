@@ -40,11 +40,13 @@ def artifact_key(series: str, kind: str) -> str:
     return f"{slug[:80].strip('-') or 'experiment'}-{kind}"
 
 
-def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:.1%}"
+def pct(value: float | None, signed: bool = False) -> str:
+    """A rate for a table cell (``+`` on differences); empty when there is none."""
+    return "" if value is None else (f"{value:+.1%}" if signed else f"{value:.1%}")
 
 
-def _num(value: float | None) -> str:
+def num(value: float | None) -> str:
+    """A score for a table cell; empty when there is none."""
     return "" if value is None else f"{value:.3g}"
 
 
@@ -59,10 +61,10 @@ def summary_rows(summary: Summary) -> list[dict[str, Any]]:
 def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[str, Any]:
     row: dict[str, Any] = {"link": s.link_index} if with_link else {}
     row.update({
-        "evaluator": s.evaluator, "pass rate": _pct(s.pass_rate),
+        "evaluator": s.evaluator, "pass rate": pct(s.pass_rate),
         "passed": f"{s.passed}/{s.verdicts + s.errors}" if s.pass_rate is not None else "",
-        "mean score": _num(s.scores.get("mean")), "min": _num(s.scores.get("min")),
-        "median": _num(s.scores.get("50%")), "max": _num(s.scores.get("max")),
+        "mean score": num(s.scores.get("mean")), "min": num(s.scores.get("min")),
+        "median": num(s.scores.get("50%")), "max": num(s.scores.get("max")),
         "results": s.count, "evaluator errors": s.errors, "evaluator skips": s.skipped,
         "task errors": summary.task_errors_by_link.get(s.link_index, 0),
         "task skips": summary.skipped_tasks_by_link.get(s.link_index, 0),

@@ -56,7 +56,6 @@ class RecordingStepRunner(LocalStepRunner):
         inv.handle = call.task_run_id
         await self.recorder.backpressure()
 
-
     def _log(self, inv: Invocation, call: Call, state: Any) -> None:
         line = call_log(inv, state)
         if line is not None:

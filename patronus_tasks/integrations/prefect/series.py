@@ -11,9 +11,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.client.orchestration import get_client
@@ -21,7 +19,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.context import FlowRunContext
 
-from patronus_tasks.integrations.prefect.artifacts import artifact_key, markdown_table
+from patronus_tasks.integrations.prefect.artifacts import artifact_key, markdown_table, num, pct
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -74,9 +72,6 @@ async def previous_run(series: str) -> PreviousRun | None:
 def experiment_at(results_url: str, this: Experiment) -> Experiment:
     """The experiment whose results file is at ``results_url`` (a link artifact's target),
     opened with this run's storage settings when it is in the same kind of store."""
-    parsed = urlparse(results_url)
-    if parsed.scheme in ("", "file"):
-        return Experiment(Path(unquote(parsed.path)).parent)
     return Experiment(this.location.at(results_url).parent)
 
 
@@ -95,20 +90,20 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
 def _pass_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     lo, hi = e.pass_diff_ci or (None, None)
     return {**_name(e, with_link), "paired rows": e.paired,
-            "previous": _pct(e.pass_rate_a), "this run": _pct(e.pass_rate_b),
-            "difference": _pct(e.pass_diff, signed=True),
-            "95% interval": f"[{_pct(lo, True)}, {_pct(hi, True)}]" if lo is not None else "",
-            "McNemar p": _num(e.mcnemar_p), "regressed rows": len(e.regressed),
+            "previous": pct(e.pass_rate_a), "this run": pct(e.pass_rate_b),
+            "difference": pct(e.pass_diff, signed=True),
+            "95% interval": f"[{pct(lo, True)}, {pct(hi, True)}]" if lo is not None else "",
+            "McNemar p": num(e.mcnemar_p), "regressed rows": len(e.regressed),
             "improved rows": len(e.improved), **_significant(e)}
 
 
 def _score_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     lo, hi = e.mean_diff_ci or (None, None)
     return {**_name(e, with_link), "paired rows": e.paired,
-            "previous mean": _num(e.mean_a), "this mean": _num(e.mean_b),
+            "previous mean": num(e.mean_a), "this mean": num(e.mean_b),
             "difference": f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "",
             "95% interval": f"[{lo:+.3g}, {hi:+.3g}]" if lo is not None else "",
-            "bootstrap p": _num(e.score_p), **_significant(e)}
+            "bootstrap p": num(e.score_p), **_significant(e)}
 
 
 def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
@@ -117,14 +112,6 @@ def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
 
 def _significant(e: EvaluatorComparison) -> dict[str, str]:
     return {"significant regression": "yes" if e.regressed_significantly(ALPHA) else "no"}
-
-
-def _pct(value: float | None, signed: bool = False) -> str:
-    return "" if value is None else (f"{value:+.1%}" if signed else f"{value:.1%}")
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.3g}"
 
 
 def comparison_markdown(title: str, comparison: Comparison | str,
