@@ -69,13 +69,14 @@ def call_inputs(inv: Invocation) -> dict[str, str]:
 
 def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
     """The log line (level, message) a call's task run gets when it needs a look: a
-    failed verdict with its whole explanation, an error. Passed calls get none: a log
-    record costs the server about what the call's own record does."""
+    failed verdict with its whole explanation, an error. Others get none (a failed
+    verdict without an explanation has nothing its state does not say): a log record
+    costs the server about what the call's own record does."""
     if state.type == "FAILED":
         return logging.ERROR, f"Finished in state {state.name}: {state.message}"
-    if state.name != "Not passed":
-        return None
     result = inv.value
-    assert isinstance(result, EvaluationResult)
+    if state.name != "Not passed" or not isinstance(result, EvaluationResult) \
+            or not result.explanation:
+        return None
     score = "" if result.score_raw is None else f" (score {result.score_raw:g})"
-    return logging.WARNING, f"Not passed{score}: {result.explanation or 'no explanation given'}"
+    return logging.WARNING, f"Not passed{score}: {result.explanation}"
