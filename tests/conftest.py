@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,12 +21,40 @@ def _needs_server(item: pytest.Item) -> bool:
     return "prefect_server" in names or "prefect_template_db" in names
 
 
+#: Modules that one xdist worker runs whole: their tests share what a module-scoped fixture
+#: starts (a stack, a built-in server's home), which a second worker would start again.
+WHOLE_MODULES = frozenset({"tests/test_deployment.py", "tests/test_main_job.py"})
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Tests go one at a time to whichever worker is free, but for `WHOLE_MODULES`.
+
+    (xdist's ``loadgroup`` would do, but pytest 9.2 no longer reads the group xdist
+    3.8 writes into node ids: every test became a group of its own.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in WHOLE_MODULES else nodeid
+
+    return OneAtATime(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's controller collects no tests: it starts the server its workers will share
+    # now, before they exist, so that they inherit where it is.
+    if config.getoption("numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        _SESSION.begin()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Start the shared server now, and run the tests that do not need it first, meanwhile
-    # (a new database takes it ~20 s of migrations).
+    # Start the shared server now (when not started already), and run the tests that do
+    # not need it first, meanwhile (a new database takes it ~20 s of migrations); the
+    # heavy ones of each part first, so that no worker ends long after the other.
     if any(_needs_server(item) for item in items):
         _SESSION.begin()
-        items.sort(key=_needs_server)
+    items.sort(key=lambda item: (_needs_server(item), not item.get_closest_marker("heavy")))
 
 
 def pytest_sessionfinish() -> None:

@@ -1,8 +1,8 @@
 """Real Prefect servers for the tests, on 127.0.0.1.
 
-One server is shared by the whole session (`SessionServer`): it starts in the background
-as soon as the tests are collected, so tests without Prefect run while it migrates its
-new database (~20 s on 2 cores). Tests that need a server of their own (services off, a
+One server is shared by the whole session, xdist's workers included (`SessionServer`): it
+starts in the background as soon as pytest is configured, so tests without Prefect run
+while it migrates its new database (~20 s on 2 cores). Tests that need a server of their own (services off, a
 restart) start from a copy of its freshly migrated database, which spares them the
 migrations. These servers are Prefect's application under uvicorn with every service and
 no UI (~6.5 s to start, against ~11 s for `prefect server start`, which `server up` and
@@ -110,37 +110,84 @@ def start_server(home: Path, template: Path | None = None) -> Server:
     return Server(home, free_port()).start()
 
 
+#: Where the session's server is (``port:home``), for xdist's workers: they inherit it from
+#: the process that started the server.
+_SHARED = "PATRONUS_TESTS_SESSION_SERVER"
+
+
 class SessionServer:
-    """The session's shared server, started by a background thread."""
+    """The session's shared server: started once, by the first pytest process (xdist's
+    controller, before its workers exist, or the only process), in a background thread;
+    xdist's workers find it through `_SHARED`. One server, one migration (~15 s of CPU),
+    however many workers."""
 
     def __init__(self) -> None:
-        self.home = Path(tempfile.mkdtemp(prefix="patronus-tasks-server-"))
-        self.template = self.home.parent / f"{self.home.name}-template" / DB_FILE
+        self.home, self.port = Path(), 0
+        self.owner = False
         self.server: Server | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, name="session-prefect-server",
-                                        daemon=True)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def template(self) -> Path:
+        return self.home.parent / f"{self.home.name}-template" / DB_FILE
+
+    @property
+    def _ready(self) -> Path:
+        return self.template.parent / "ready"
+
+    @property
+    def _failed(self) -> Path:
+        return self.home / "failed-to-start"
 
     def begin(self) -> None:
+        """Start it, unless it is started already (here, or by the process that started
+        this one)."""
+        if self._thread is not None or os.environ.get(_SHARED):
+            return
+        self.home = Path(tempfile.mkdtemp(prefix="patronus-tasks-server-"))
+        self.port, self.owner = free_port(), True
+        os.environ[_SHARED] = f"{self.port}:{self.home}"
+        self._thread = threading.Thread(target=self._start, name="session-prefect-server",
+                                        daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
         try:
-            self.server = start_server(self.home)
+            self.server = Server(self.home, self.port)
+            self.server.start()
             copy_database(self.home / DB_FILE, self.template.parent)
+            self._ready.touch()
         except BaseException as exc:
-            self.error = exc
+            with contextlib.suppress(OSError):  # stopped meanwhile: its home is gone
+                self._failed.write_text(f"{type(exc).__name__}: {exc}")
 
-    def wait(self) -> Server:
-        self._thread.join()
-        if self.error is not None or self.server is None:
-            raise RuntimeError(f"the session's Prefect server did not start: {self.error}")
-        return self.server
+    def wait(self, timeout: float = 300) -> Server:
+        """The server, once it is up and its template database made."""
+        if not self.owner:
+            port, home = os.environ[_SHARED].split(":", 1)
+            self.home, self.port = Path(home), int(port)
+        deadline = time.monotonic() + timeout
+        while not self._ready.exists() and time.monotonic() < deadline:
+            if self._failed.exists():
+                raise RuntimeError("the session's Prefect server did not start: "
+                                   + self._failed.read_text())
+            time.sleep(0.2)
+        if not self._ready.exists():
+            raise RuntimeError(f"the session's Prefect server did not start in {timeout} s")
+        return self.server or Server(self.home, self.port)
+
+    def _starting(self) -> bool:
+        alive = self._thread is not None and self._thread.is_alive()
+        return alive and not (self.server is not None and self.server.pid)
 
     def stop(self) -> None:
-        if self._thread.ident is not None:
-            self._thread.join()
-        if self.server is not None:
+        """Stop it, if this process started it (it does not wait for one still starting)."""
+        if not self.owner:
+            return
+        deadline = time.monotonic() + 5  # started a moment ago: its process is on its way
+        while self._starting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.server is not None and self.server.pid:
             self.server.stop(grace=2)  # its database is thrown away: no need to wait long
         shutil.rmtree(self.home, ignore_errors=True)
         shutil.rmtree(self.template.parent, ignore_errors=True)

@@ -50,26 +50,33 @@ async def _task_runs(flow_run_id: str) -> dict[str, tuple[str, str, int]]:
             if not r.name.startswith("batch-")}
 
 
-def _gated(backend: str, results_dir: Path) -> Any:
+def _gated(backend: str, results_dir: Path, **options: Any) -> Any:
     with pytest.raises(QualityGateError) as caught:
-        _run(backend, results_dir, fail_on_error=0)
+        _run(backend, results_dir, fail_on_error=0, **options)
     assert "errored" in str(caught.value)
     return caught.value.experiment
 
 
+@pytest.mark.heavy
 def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
                                                           results_dir: Path) -> None:
+    # Dask through a scheduler's address (one cluster for both runs: its two worker
+    # processes take seconds to start); test_object_store.py covers the local cluster made for you.
+    from distributed import LocalCluster
+
     frames, records, again = {}, {}, {}
-    for backend in ("local", "prefect", "dask"):
-        exp = _gated(backend, results_dir)
-        frames[backend] = _comparable(exp)
-        retried = _run(backend, results_dir, retry_errors=True)
-        assert retried.path == exp.path
-        again[backend] = _comparable(retried)
-        if backend != "local":
-            assert exp.wait_recorded(60) and retried.wait_recorded(60)
-            records[backend] = (asyncio.run(_task_runs(exp.manifest["flow_run_id"])),
-                                asyncio.run(_task_runs(retried.manifest["flow_run_id"])))
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        for backend in ("local", "prefect", "dask"):
+            where = {"dask_address": cluster.scheduler_address} if backend == "dask" else {}
+            exp = _gated(backend, results_dir, **where)
+            frames[backend] = _comparable(exp)
+            retried = _run(backend, results_dir, retry_errors=True, **where)
+            assert retried.path == exp.path
+            again[backend] = _comparable(retried)
+            if backend != "local":
+                assert exp.wait_recorded(60) and retried.wait_recorded(60)
+                records[backend] = (asyncio.run(_task_runs(exp.manifest["flow_run_id"])),
+                                    asyncio.run(_task_runs(retried.manifest["flow_run_id"])))
     pd.testing.assert_frame_equal(frames["prefect"], frames["local"])
     pd.testing.assert_frame_equal(frames["dask"], frames["local"])
     pd.testing.assert_frame_equal(again["prefect"], again["local"])

@@ -31,6 +31,9 @@ from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, _alive
 from .conftest import ROOT
 from .prefect_servers import copy_database, free_port
 
+# Run first (conftest), and whole by one worker (conftest.WHOLE_MODULES).
+pytestmark = pytest.mark.heavy
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
@@ -77,7 +80,7 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     results = tmp_path / "results"
     with temporary_settings({PREFECT_API_URL: stack.api_url}):
         flow_run = run_deployment(
-            "text-to-sql-eval/text-to-sql-nightly", timeout=240,
+            "text-to-sql-eval/text-to-sql-nightly", timeout=240, poll_interval=1,
             parameters={"results_dir": str(results), "experiment_name": "deployed",
                         "max_concurrency": 4})
         parent, child, task_runs, artifacts = asyncio.run(_read_back(flow_run.id))

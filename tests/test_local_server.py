@@ -8,11 +8,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
-
-from patronus_tasks.integrations.prefect import local_server as _local_server
 
 from .conftest import ROOT
 from .prefect_servers import copy_database
@@ -28,11 +27,19 @@ run_experiment("slow-start", data=[{"evaluated_model_output": "x"}], evaluators=
 """
 
 
+def _local_server() -> Any:
+    """The module, imported when a test needs it: it imports Prefect's whole server (~3.5 s
+    of CPU, which every test process would spend collecting)."""
+    from patronus_tasks.integrations.prefect import local_server
+
+    return local_server
+
+
 def test_start_up_timeout_is_generous_unless_the_user_set_one() -> None:
-    assert _local_server._startup_timeout(None) == _local_server.STARTUP_TIMEOUT >= 120
+    assert _local_server()._startup_timeout(None) == _local_server().STARTUP_TIMEOUT >= 120
     with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 7}):
-        assert _local_server._startup_timeout(None) == 7
-    assert _local_server._startup_timeout(30) == 30  # a caller's own (a test harness's)
+        assert _local_server()._startup_timeout(None) == 7
+    assert _local_server()._startup_timeout(30) == 30  # a caller's own (a test harness's)
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -49,6 +56,7 @@ def _processes_with(marker: str) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+@pytest.mark.heavy
 def test_a_server_that_does_not_start_in_time_says_so_in_one_line_and_is_gone(
         tmp_path: Path) -> None:
     home = tmp_path / "fresh-home"  # a new database: migrations take far more than 1 s
@@ -62,10 +70,11 @@ def test_a_server_that_does_not_start_in_time_says_so_in_one_line_and_is_gone(
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in last
     assert "`patronus-tasks server up`" in last
     assert _processes_with(f"PREFECT_HOME={home}") == []
-    assert (home / _local_server.LOG_FILE).exists()
+    assert (home / _local_server().LOG_FILE).exists()
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+@pytest.mark.heavy
 def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_template_db: Path) -> None:
     # Killed outright (no atexit), the process takes its server with it.
     script = ONE_ROW.replace('run_experiment(', 'import os, signal\n'

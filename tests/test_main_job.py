@@ -18,6 +18,9 @@ import pytest
 
 from .conftest import ROOT
 
+# Run first (conftest), and whole by one worker (conftest.WHOLE_MODULES).
+pytestmark = pytest.mark.heavy
+
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 

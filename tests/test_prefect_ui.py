@@ -168,6 +168,7 @@ def nightly(wrong: int, fail_on_regression: bool = False) -> dict[str, Any]:
     return {"path": str(exp.path), "flow_run_id": exp.manifest["flow_run_id"]}
 
 
+@pytest.mark.heavy
 def test_runs_of_a_flow_form_a_series_compared_run_to_run(
         prefect_server: str, results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(results_dir))

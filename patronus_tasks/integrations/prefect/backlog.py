@@ -15,8 +15,11 @@ the server 7 s at 180,000):
   order, so the mark alone does not prove the rest is in.
 
 A batch still incomplete `LOST_AFTER` seconds after one posted after it was found (or
-after its own mark was) was lost: it is sent again. Sending again is safe: the server
-keys task runs, states and events by the ids the events carry, so nothing doubles.
+after its own mark was) was lost: what the server lacks of it is sent again, under new
+event ids, since the server's broker drops an id it took in the last five minutes. Task
+runs do not double: the server keys them by the task-run ids the events carry. A state
+could, were a copy counted lost still queued on the server; a batch counts lost only when
+the server went on without it (see `LOST_AFTER`), or recorded nothing for a while.
 """
 
 from __future__ import annotations
@@ -118,14 +121,15 @@ class Backlog:
 
 
 async def still_needed(client: Any, batch: Batch) -> bytes | None:
-    """The body to send ``batch`` again with: without the events the server holds already
-    (stored, and for a final state its task run recorded in a final state); None when it
-    holds them all (the next check confirms the batch).
+    """The body to send ``batch`` again with: the events the server does not hold (stored,
+    and for a final state its task run recorded in a final state), under new ids
+    (`Batch.renew`: the server drops an id it took lately); None when it holds them all
+    (the next check confirms the batch).
 
-    Why: Prefect 3.8's event persister, on SQLite, fails a whole flush when every event of
-    it is stored already (it inserts an empty list of rows: `NOT NULL constraint failed:
-    events.occurred`), dropping the flush; after a restart only re-sent events arrive, so
-    re-sending what it holds kept it from storing anything (a test saw it once in ~10).
+    Why not all of them: Prefect 3.8's event persister, on SQLite, fails a whole flush when
+    every event of it is stored already (it inserts an empty list of rows: `NOT NULL
+    constraint failed: events.occurred`), dropping the flush; after a restart only re-sent
+    events arrive, so re-sending what it holds kept it from storing anything.
     """
     events = orjson.loads(batch.body())
     ids = [e["id"] for e in events]
@@ -139,9 +143,7 @@ async def still_needed(client: Any, batch: Batch) -> bytes | None:
     final_runs = await _final_task_runs(client, finals) if finals else set()
     held = {e["id"] for e in events if e["id"] in stored and (
         e["resource"]["prefect.state-type"] not in FINAL_TYPES or _task_run(e) in final_runs)}
-    if len(held) == len(events):
-        return None
-    return orjson.dumps([e for e in events if e["id"] not in held]) if held else batch.body()
+    return None if len(held) == len(events) else batch.renew(events, held)
 
 
 def _task_run(event: dict[str, Any]) -> str:
@@ -177,12 +179,13 @@ def _before_found(found: list[bool], i: int) -> bool:
 
 
 async def _recorded_marks(client: Any, batches: list[Batch]) -> list[bool]:
-    """Per batch: does the server hold its mark's task run (in the mark's state, if final)?"""
+    """Per batch: does the server hold its mark's task run (in a final state, if the mark
+    is one: a task run has one final event, though it may have been sent under two ids)?"""
     ids = sorted({b.mark[1] for b in batches})
     runs = await internal.filter_task_runs(
         client, {"task_runs": {"id": {"any_": ids}}, "limit": len(ids)})
-    states = {run["id"]: run.get("state_id") for run in runs}
-    return [b.mark[1] in states and (not b.final or states[b.mark[1]] == b.mark[0])
+    types = {run["id"]: run.get("state_type") for run in runs}
+    return [b.mark[1] in types and (not b.final or types[b.mark[1]] in FINAL_TYPES)
             for b in batches]
 
 

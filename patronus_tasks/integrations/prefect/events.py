@@ -2,8 +2,8 @@
 
 Prefect 3 orchestrates task runs on the client: its task engine reports each state change
 as a ``prefect.task-run.<State>`` event, and the server's task-run recorder builds the
-task run from it (the newest ``occurred`` wins; the event's id becomes the state's id, so
-an event sent twice records once). This module makes the same events for calls that did
+task run from it (keyed by the task run's id; the newest ``occurred`` wins; the event's id
+becomes the state's id). This module makes the same events for calls that did
 not go through the engine. The format is Prefect's internal contract, checked against
 its task engine by ``tests/test_modes.py``; the Prefect range in ``pyproject.toml`` is
 what that test passed on.
@@ -155,3 +155,20 @@ class Batch:
 
     def body(self) -> bytes:
         return b"[" + self.data + b"]"
+
+    def renew(self, events: list[dict[str, Any]], held: set[str]) -> bytes:
+        """Give ``events`` (this batch's) new ids but for those in ``held``, and hold them
+        in their place; return the body of the renewed ones, to send again.
+
+        Why new ids: the server's broker drops an event whose id it took in the last five
+        minutes (a cache of 1,000 ids), so an event sent again with its id to the server
+        that lost it is dropped without a word; only a restarted server takes it again.
+        """
+        self.data, self.count, self.finals = bytearray(), 0, 0
+        renewed = []
+        for event in events:
+            if event["id"] not in held:
+                event = {**event, "id": str(uuid.uuid4())}
+                renewed.append(event)
+            self.add(event, event["resource"]["prefect.state-type"] in FINAL_TYPES)
+        return orjson.dumps(renewed)

@@ -3,8 +3,8 @@
 A `TaskRunRecorder` takes events from the experiment's event loop and posts them, in
 batches through ``POST /api/events``, from the background loop (`background`), so the
 experiment can return with its results while Prefect catches up. A batch counts once the
-server holds it (`backlog`); batches it lost (its broker's limit, a restart) are sent
-again, with the same ids, until it does.
+server holds it (`backlog`); what it lost of a batch (its broker's limit, a restart) is
+sent again, under new event ids, until it does.
 
 Flow control: at most `MAX_AHEAD` events posted and not yet recorded (the broker drops
 events past 10,000 queued per consumer); ``share`` recorders posting to one server at once
@@ -47,8 +47,9 @@ MAX_BUFFERED_BYTES = 200 * 2**20
 #: How often to ask the server what it recorded.
 _POLL_SECONDS = 0.5
 #: With events outstanding and nothing recorded for this long, send them again (a server
-#: that restarted at the end of a run lost them, and nothing posted later shows the gap);
-#: with nothing recorded for `_GIVE_UP_SECONDS`, count them lost.
+#: that restarted at the end of a run lost them, and nothing posted later shows the gap),
+#: then after twice as long each time (they go under new ids: a server merely slow would
+#: get them twice); with nothing recorded for `_GIVE_UP_SECONDS`, count them lost.
 _STALL_SECONDS, _GIVE_UP_SECONDS = 15.0, 300.0
 #: How long the event persister may store nothing while the task-run recorder takes
 #: events, before it is taken to be switched off (three of its default flush intervals).
@@ -248,6 +249,7 @@ class _Poster:
     def __init__(self, recorder: TaskRunRecorder, client: Any) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
+        self.stall_after = _STALL_SECONDS
         self.waiting_since = time.monotonic()  # the server's last progress, or no backlog
         self.recorded = 0
 
@@ -320,13 +322,14 @@ class _Poster:
         r = self.r
         if r.recorded > self.recorded or not r._outstanding():
             self.recorded, self.waiting_since = r.recorded, now
-        stalled = now - max(self.waiting_since, self.resent) > _STALL_SECONDS
+            self.stall_after = _STALL_SECONDS
+        stalled = now - max(self.waiting_since, self.resent) > self.stall_after
         if stalled and r.backlog.posted:
             logger.warning("Prefect recorded none of %d pending task-run events for %.0f s; "
                            "sending them again", r.backlog.ahead(), now - self.waiting_since)
             r._put_back(list(r.backlog.posted))
             r.backlog.posted.clear()
-            self.resent = now
+            self.resent, self.stall_after = now, self.stall_after * 2
         if now - self.reported >= 2.0:
             self.reported = now
             r._progress()
