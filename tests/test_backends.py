@@ -65,7 +65,7 @@ def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
     from distributed import LocalCluster
 
     frames, records, again = {}, {}, {}
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
         for backend in ("local", "prefect", "dask"):
             where = {"dask_address": cluster.scheduler_address} if backend == "dask" else {}
             exp = _gated(backend, results_dir, **where)
