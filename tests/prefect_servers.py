@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,24 @@ class Server:
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+
+
+@contextlib.contextmanager
+def api_of(url: str) -> Iterator[None]:
+    """This process's Prefect API is ``url`` meanwhile.
+
+    Prefect's events worker (which carries its task engine's events) is one per process,
+    bound to the API it first saw: begun here, it would send every later test's events to
+    this server, gone by then (the engine's task runs of a later test never arrived). So
+    it is drained on the way out, and the next one is made for the API then current."""
+    from prefect.events.worker import EventsWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        try:
+            yield
+        finally:
+            EventsWorker.drain_all(timeout=10, at_exit=False)
 
 
 def start_server(home: Path, template: Path | None = None) -> Server:

@@ -24,12 +24,11 @@ from prefect.client.schemas.filters import (
     FlowRunFilterId,
 )
 from prefect.deployments import run_deployment
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, _alive
 
 from .conftest import ROOT
-from .prefect_servers import copy_database, free_port
+from .prefect_servers import api_of, copy_database, free_port
 
 # Run first (conftest), and whole by one worker (conftest.WHOLE_MODULES).
 pytestmark = pytest.mark.heavy
@@ -78,7 +77,7 @@ async def _read_back(flow_run_id: Any) -> tuple[Any, Any, int, list[Any]]:
 
 def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    with temporary_settings({PREFECT_API_URL: stack.api_url}):
+    with api_of(stack.api_url):
         flow_run = run_deployment(
             "text-to-sql-eval/text-to-sql-nightly", timeout=240, poll_interval=1,
             parameters={"results_dir": str(results), "experiment_name": "deployed",
@@ -113,7 +112,7 @@ def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
         async with get_client() as client:
             return await client.read_deployment_by_name("text-to-sql-eval/text-to-sql-nightly")
 
-    with temporary_settings({PREFECT_API_URL: stack.api_url}):
+    with api_of(stack.api_url):
         deployment = asyncio.run(read())
     schema = deployment.parameter_openapi_schema["properties"]
     assert set(schema) == {"dataset", "project", "experiment_name", "max_concurrency",
@@ -128,7 +127,7 @@ def test_nightly_schedules_create_runs(stack: Stack) -> None:
     # The scheduler service creates the cron deployment's next runs (Prefect 3.8 on
     # SQLAlchemy 2.1 never did: pyproject caps it); the paused one gets none.
     deadline, runs = time.monotonic() + 90, []
-    with temporary_settings({PREFECT_API_URL: stack.api_url}):
+    with api_of(stack.api_url):
         while not runs and time.monotonic() < deadline:
             time.sleep(2)
             runs = asyncio.run(_scheduled("text-to-sql-eval/text-to-sql-nightly"))

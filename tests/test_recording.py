@@ -344,15 +344,13 @@ def test_rows_task_runs_are_posted_before_their_evaluators(
 def _server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: Path,
             *services_off: str) -> Iterator[Any]:
     """A real Prefect server of its own (these services off), as the API meanwhile."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from .prefect_servers import start_server
+    from .prefect_servers import api_of, start_server
 
     for service in services_off:
         monkeypatch.setenv(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
     server = start_server(tmp_path / "home", template)
     try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
+        with api_of(server.api_url):
             yield server
     finally:
         server.stop()
