@@ -2,11 +2,11 @@
 
 One server is shared by the whole session, xdist's workers included (`SessionServer`): it
 starts in the background as soon as pytest is configured, so tests without Prefect run
-while it migrates its new database (~20 s on 2 cores). Tests that need a server of their own (services off, a
-restart) start from a copy of its freshly migrated database, which spares them the
-migrations. These servers are Prefect's application under uvicorn with every service and
-no UI (~6.5 s to start, against ~11 s for `prefect server start`, which `server up` and
-its own test use).
+while it migrates its new database (~20 s on 2 cores). Tests that need a server of their
+own (services off, a restart) start from a copy of its freshly migrated database, which
+spares them the migrations. These servers are Prefect's application under uvicorn with
+every service and no UI (~6.5 s to start, against ~11 s for `prefect server start`, which
+`server up` and its own test use).
 """
 
 from __future__ import annotations

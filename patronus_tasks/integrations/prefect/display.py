@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from itertools import islice
 from typing import Any
 
 from patronus_tasks.define.params import ROW_FIELDS
@@ -18,8 +19,12 @@ SHOWN_COLUMNS = 12
 
 def short(value: Any, width: int = SHOWN_CHARS) -> str:
     """``value`` on one line, cut with an ellipsis past ``width`` characters."""
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    raw = str(value)
+    # Only its head is read: an input can be a whole document, and this runs per call.
+    text = " ".join(raw[: width * 8].split())
+    if len(text) <= width and len(raw) <= width * 8:
+        return text
+    return text[: width - 1] + "…"
 
 
 def call_state(inv: Invocation) -> State:
@@ -58,8 +63,8 @@ def call_inputs(inv: Invocation) -> dict[str, str]:
     shown = {"sid": inv.sid}
     for name, value in inv.kwargs.items():
         if name == "row" and value is not None:
-            columns = [(str(k), v) for k, v in value.items() if k != "sid"]
-            shown.update((k, short(v)) for k, v in columns[:SHOWN_COLUMNS])
+            columns = ((str(k), v) for k, v in value.items() if k != "sid")
+            shown.update((k, short(v)) for k, v in islice(columns, SHOWN_COLUMNS))
         elif name == "task_result" and isinstance(value, TaskResult):
             shown["evaluated_model_output"] = short(value.evaluated_model_output)
         elif name in ROW_FIELDS:

@@ -5,7 +5,7 @@ as a ``prefect.task-run.<State>`` event, and the server's task-run recorder buil
 task run from it (keyed by the task run's id; the newest ``occurred`` wins; the event's id
 becomes the state's id). This module makes the same events for calls that did
 not go through the engine. The format is Prefect's internal contract, checked against
-its task engine by ``tests/test_modes.py``; the Prefect range in ``pyproject.toml`` is
+its task engine by ``tests/test_recording.py``; the Prefect range in ``pyproject.toml`` is
 what that test passed on.
 
 A call is recorded by one event, its final state, carrying the task run's name, key,
