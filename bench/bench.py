@@ -222,13 +222,39 @@ def startup(api_home: Path) -> None:
         print(f"{name:22} {secs:6.1f} s   x bare {secs / base:4.2f}")
 
 
+def fixed_cost(api_url: str, repeats: int = 3) -> None:
+    """A 10-row experiment, first of a fresh process, against the running server: the
+    `run_experiment` call with ``local`` and ``prefect``, and for ``prefect`` how long until
+    its task runs (and its final state) are visible after the return."""
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING"}
+    found: dict[str, list[dict[str, float]]] = {"local": [], "prefect": []}
+    for _ in range(repeats):
+        for mode in found:
+            out = subprocess.run([sys.executable, str(HERE / "fixed_cost.py"), mode], env=env,
+                                 capture_output=True, text=True, check=True, timeout=300)
+            found[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"\n== fixed cost: 10 rows, first experiment of a fresh process ({repeats} runs, "
+          "median)")
+    for mode, runs in found.items():
+        line = f"{mode:8} call {_median(runs, 'call'):6.3f} s"
+        if mode == "prefect":
+            line += (f"   task runs visible {_median(runs, 'visible'):5.2f} s after the return, "
+                     f"final state {_median(runs, 'final_state'):5.2f} s")
+        print(line)
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    values = sorted(r[key] for r in runs)
+    return values[len(values) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scenario", choices=[*SCENARIOS, "startup"], action="append")
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "startup", "fixed"], action="append")
     parser.add_argument("--modes", help="comma-separated modes to run (plain always runs)")
     parser.add_argument("--home", help="PREFECT_HOME of the Prefect server (default: a fresh "
                         "temporary directory: a database grown by earlier runs slows it down)")
-    chosen = parser.parse_args().scenario or [*SCENARIOS, "startup"]
+    chosen = parser.parse_args().scenario or ["fixed", *SCENARIOS, "startup"]
     home = Path(parser.parse_args().home or tempfile.mkdtemp(prefix="bench-prefect-"))
     home.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; Prefect server "
@@ -238,6 +264,9 @@ def main() -> None:
         for name in chosen:
             if name == "startup":
                 startup(home)
+                continue
+            if name == "fixed":
+                fixed_cost(api_url)
                 continue
             run_scenario(name, SCENARIOS[name], api_url, api, parser.parse_args().modes)
     finally:

@@ -59,7 +59,7 @@ async def _plain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _experiment(args: argparse.Namespace) -> tuple[str | None, int, float]:
+def _experiment(args: argparse.Namespace) -> tuple[Any, int, float]:
     endpoint = _endpoint(args)
 
     @task
@@ -88,7 +88,28 @@ def _experiment(args: argparse.Namespace) -> tuple[str | None, int, float]:
                          print_summary=False)
     returned = time.time()  # results first: the records may still be on their way
     calls = args.rows * (len(evaluators) + (0 if args.taskless else 1))
-    return exp.manifest.get("flow_run_id"), calls, returned
+    return exp, calls, returned
+
+
+def _flow_run_of(exp: Any) -> str | None:
+    """The experiment's flow run, once the recorder process has made it."""
+    while exp.manifest.get("flow_run_id") is None and not exp.wait_recorded(0.05):
+        pass
+    return exp.manifest.get("flow_run_id")
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children so far (the recorder process)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 async def _until_visible(flow_run_id: str, calls: int, stall: float = 120) -> int:
@@ -130,19 +151,22 @@ async def _rows_visible_at(flow_run_id: str, name: str) -> float | None:
 
 def main() -> None:
     args = _args()
-    if args.mode != "plain":
-        import patronus_tasks.integrations.prefect.runs  # noqa: F401  (import cost is start-up, not per row)
     cpu0, t0 = time.process_time(), time.time()
+    flow_run_id = None
     if args.mode == "plain":
         asyncio.run(_plain(args))
-        flow_run_id, calls, rows_done = None, 0, time.time()
+        calls, rows_done = 0, time.time()
     else:
-        flow_run_id, calls, rows_done = _experiment(args)
+        exp, calls, rows_done = _experiment(args)
+        flow_run_id = _flow_run_of(exp) if args.mode == "prefect" else None
+    cpu = time.process_time() - cpu0  # the rows' process, until the results
     missing = 0
     if flow_run_id:
-        # Counted through the API while the background recorder catches up.
+        # Counted through the API while the recorder process catches up (this process
+        # imports Prefect for it: after the rows, not counted).
         missing = asyncio.run(_until_visible(flow_run_id, calls))
-    cpu = time.process_time() - cpu0  # the background recording's CPU included
+        exp.wait_recorded(120)  # its final state: the recorder process's work is all done
+    cpu += _children_cpu()  # the recorder process's CPU
     visible = time.time() - (120 if missing else 0)
     rows_at = None
     if flow_run_id and not args.taskless:

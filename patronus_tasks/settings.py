@@ -25,6 +25,19 @@ SERVER_DEFAULTS = {
 }
 
 
+#: What the built-in server does not run (where the user set nothing): it is private to
+#: one process, so nobody schedules deployments on it, makes automations on it or watches
+#: its live event stream; what is read of it later (`prefect server start` on its
+#: database) is flow runs, task runs, logs and artifacts, none of which needs these. The
+#: event persister alone cost ~half of the server's CPU per recorded call (bench/README.md).
+BUILT_IN_SERVER_OFF = {
+    f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
+        "SCHEDULER", "LATE_RUNS", "FOREMAN", "CANCELLATION_CLEANUP", "PAUSE_EXPIRATIONS",
+        "REPOSSESSOR", "TRIGGERS", "EVENT_PERSISTER")
+} | {"PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false"}
+PERSISTER_SETTING = "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED"
+
+
 #: CPU priority of the servers this package starts (Unix ``nice``). Recording a call costs
 #: a server ~3.5 ms of CPU, several times what the call costs the experiment: on a shared
 #: machine, at equal priority, it slows the rows it records (0.73 of a plain loop at C=16

@@ -1,45 +1,27 @@
-"""An experiment whose task-run records are held back (a slow Prefect server, played).
+"""An experiment whose task-run records a test holds back (a slow Prefect server, played
+by a `prefect_gate.Gate` in front of a real one).
 
-Run as a script by test_results_first.py: ``held_records.py RESULTS_DIR RELEASE_FILE
-[LOSE_AFTER]``: see `hold`. Batches hold 20 events here, so there are several.
-The script prints ``returned <flow run id>`` once ``run_experiment`` is back.
+Run as a script by test_results_first.py: ``held_records.py RESULTS_DIR [SECONDS_PER_ROW]``
+against ``PREFECT_API_URL`` (the gate). It prints ``rows done`` once ``run_experiment``
+is back and ``flow run <id>`` once the recorder process has made the flow run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from patronus_tasks import evaluator, run_experiment
-from patronus_tasks.integrations.prefect import recorder as _recorder
 
 ROWS = 60
-
-
-def hold(release: Path, lose_after: int | None = None) -> None:
-    """Until ``release`` exists, posts of events are refused (as by a server that is down);
-    with ``lose_after``, the first that many go through and later ones are taken and
-    lost (as by a server that restarted before recording them)."""
-    original = _recorder._Poster._send
-    sent = [0]
-
-    async def held(self: Any, batch: Any) -> bool:
-        sent[0] += 1
-        if release.exists() or (lose_after is not None and sent[0] <= lose_after):
-            return await original(self, batch)
-        if lose_after is not None:
-            return True
-        await asyncio.sleep(0.1)
-        return False
-
-    _recorder._BATCH_EVENTS = 20
-    _recorder._Poster._send = held  # type: ignore[method-assign]
+PAUSE = [0.0]  # seconds each row's first evaluator takes (a slow row, to be killed mid-run)
 
 
 @evaluator
 def short(evaluated_model_output: str) -> bool:
+    time.sleep(PAUSE[0])
     return len(evaluated_model_output) < 3
 
 
@@ -55,7 +37,18 @@ def run(results_dir: Path, **options: Any) -> Any:
                           **options)
 
 
+def flow_run_of(exp: Any, timeout: float = 60) -> str:
+    """The experiment's flow run id, once the recorder process has made the flow run."""
+    deadline = time.monotonic() + timeout
+    while not exp.manifest.get("flow_run_id"):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the recorder process made no flow run")
+        time.sleep(0.05)
+    return str(exp.manifest["flow_run_id"])
+
+
 if __name__ == "__main__":
-    hold(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    PAUSE[0] = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     exp = run(Path(sys.argv[1]))
-    print("returned", exp.manifest["flow_run_id"], flush=True)
+    print("rows done", flush=True)
+    print("flow run", flow_run_of(exp), flush=True)

@@ -77,6 +77,7 @@ def nonempty(evaluated_model_output: str) -> bool:
 
 exp = run_experiment("many", data=[{"evaluated_model_input": str(i)} for i in range(200)],
                      task=echo, evaluators=[nonempty], max_concurrency=32, print_summary=False)
+exp.wait_recorded(240)  # the flow run is made in the background: its id follows
 print(exp.manifest["flow_run_id"])
 """
 

@@ -239,6 +239,7 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
 
     exp = run_experiment("S3 Linked", data=DATA[:4], evaluators=[ok], experiment_name="nightly",
                          results_dir=_url(s3, prefix), print_summary=False)
+    assert exp.wait_recorded(60)  # the artifacts follow the results
 
     async def links() -> list[str]:
         async with get_client() as client:

@@ -23,6 +23,14 @@ def shout(evaluated_model_input: str) -> str | None:
     return evaluated_model_input.upper()
 
 
+@task
+def shout_and_log(evaluated_model_input: str) -> str:
+    from prefect.logging import get_run_logger
+
+    get_run_logger().info("shouting %s", evaluated_model_input)  # inside a user's flow
+    return evaluated_model_input.upper()
+
+
 @evaluator
 def is_upper(evaluated_model_output: str) -> bool:
     return evaluated_model_output.isupper()
@@ -123,7 +131,7 @@ def test_experiment_inside_a_user_flow_is_a_subflow(prefect_server: str, results
     def nightly() -> tuple[str, str]:
         ctx = FlowRunContext.get()
         assert ctx is not None
-        exp = run_experiment("Nested", data=DATA[:2], task=shout, evaluators=[is_upper],
+        exp = run_experiment("Nested", data=DATA[:2], task=shout_and_log, evaluators=[is_upper],
                              results_dir=results_dir, print_summary=False)
         return str(ctx.flow_run.id), exp.manifest["flow_run_id"]
 
@@ -137,4 +145,17 @@ def test_experiment_inside_a_user_flow_is_a_subflow(prefect_server: str, results
     child = asyncio.run(read(child_id))
     assert child_id != parent_id and child.parent_task_run_id is not None
     assert child.name.startswith("exp-") and child.state.type.value == "COMPLETED"
-    assert len(asyncio.run(_task_runs(child_id))) == 4
+    runs = asyncio.run(_task_runs(child_id))
+    assert len(runs) == 4
+    # get_run_logger() in a step inside a user's flow: its record is on the call's task
+    # run (once: Prefect does not send it to the parent flow run too).
+    logs = asyncio.run(_logs_of([r.id for r in runs if r.name.startswith("shout_and_log-")]))
+    assert sorted(logs) == ["shouting hello", "shouting world"]
+
+
+async def _logs_of(task_run_ids: list[Any]) -> list[str]:
+    from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
+
+    async with get_client() as client:
+        found = await client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=task_run_ids)))
+    return [log.message for log in found]

@@ -220,6 +220,7 @@ async def _assert_failed(flow_run_id: str) -> None:
 def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir: Path) -> None:
     exp = run_experiment("ui-tables", data=DATA, task=echo, evaluators=[matches],
                          experiment_name="t", results_dir=results_dir, print_summary=False)
+    assert exp.wait_recorded(60)  # the artifacts follow the results
     table = asyncio.run(_artifacts("ui-tables", "summary"))[0].data
     rows = table if isinstance(table, list) else json.loads(table)
     assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",

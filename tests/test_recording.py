@@ -182,8 +182,14 @@ def _manifest(exp: Any) -> dict[str, Any]:
 @task
 async def slow_and_chatty(row: Row) -> str:
     logging.getLogger("user.code").warning("thinking about %s", row.sid)
-    get_run_logger().info("prefect logger in %s", row.sid)
+    logging.getLogger("user.other").error("still at %s", row.sid)
     await asyncio.sleep(1.6 if row.sid == "1" else 0)
+    return "done"
+
+
+@task
+def asks_for_a_run_logger(row: Row) -> str:
+    get_run_logger().info("prefect logger in %s", row.sid)
     return "done"
 
 
@@ -211,19 +217,24 @@ def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
     assert found["slow_and_chatty-2"][0] == ["Completed"]  # fast: one event, not two
     for sid in ("1", "2"):
         logs = found[f"slow_and_chatty-{sid}"][1]
-        assert f"thinking about {sid}" in logs and f"prefect logger in {sid}" in logs
-        assert len(logs) == 2  # get_run_logger's record is not sent a second time by Prefect
+        assert f"thinking about {sid}" in logs and f"still at {sid}" in logs
+        assert len(logs) == 2
 
 
-@task
-def floods(row: Row) -> str:
-    for i in range(3_000):
-        logging.getLogger("user.flood").warning("line %d", i)
-    return "ok"
+def test_a_run_logger_outside_a_flow_is_an_error_that_says_the_fix(
+        prefect_server: str, results_dir: Path) -> None:
+    # Calls run in the experiment's own process, outside any Prefect run: inside a user's
+    # @flow, get_run_logger() works (test_prefect_run.py); outside one, the row says why.
+    exp = run_experiment("recording", data=[{"x": 1}], task=asks_for_a_run_logger,
+                         experiment_name="no-context", results_dir=results_dir,
+                         print_summary=False)
+    message = exp.to_dataframe()["error_message"][0]
+    assert "get_run_logger()" in message and "logging.getLogger(__name__)" in message
+    assert "inside your own @flow" in message
 
 
 def test_a_flood_of_logs_is_bounded_and_counted(
-        prefect_server: str, results_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        prefect_server: str, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     # Logs come faster than the server takes them (each post held 2 s here): past
     # MAX_LOGS waiting, they are dropped and counted, never held without bound.
@@ -237,13 +248,23 @@ def test_a_flood_of_logs_is_bounded_and_counted(
 
     monkeypatch.setattr(internal, "post_logs", slow)
     monkeypatch.setattr(_recorder, "MAX_LOGS", 500)
-    exp = run_experiment("recording", data=[{"x": 1}], task=floods, experiment_name="flood",
-                         results_dir=results_dir, print_summary=False)
-    assert exp.wait_recorded(60)
-    recorder = exp._recording
+
+    async def record() -> tuple[str, TaskRunRecorder, str]:
+        flow_run_id = await _new_flow_run("flood")
+        recorder = TaskRunRecorder(flow_run_id, []).start()
+        task_run_id = _record(recorder, "task-floods", 1)[0]
+        for i in range(3_000):
+            recorder.log({"name": "user.flood", "level": logging.WARNING, "message": f"line {i}",
+                          "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+                          "task_run_id": task_run_id})
+        recorder.close()
+        return flow_run_id, recorder, task_run_id
+
+    flow_run_id, recorder, _ = asyncio.run(record())
+    assert recorder.wait(60)
     assert recorder.logs_dropped >= 1_000  # past the bound: dropped, not held
     assert "log records of calls were dropped" in caplog.text
-    logs = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))["floods-1"][1]
+    logs = asyncio.run(_states_and_logs(flow_run_id))["task-floods-0"][1]
     assert 500 <= len(logs) == 3_000 - recorder.logs_dropped
 
 
@@ -363,20 +384,24 @@ def short(evaluated_model_output: str) -> bool:
 
 @pytest.mark.heavy
 def test_without_the_event_persister_task_runs_alone_count(
-        tmp_path: Path, results_dir: Path, monkeypatch: pytest.MonkeyPatch,
-        prefect_template_db: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_template_db: Path) -> None:
     # A server whose event persister is off stores no event: waiting for stored events
     # would never end; the recorder notices and counts task runs alone.
     monkeypatch.setattr(_recorder, "MAX_AHEAD", 100)
     monkeypatch.setattr(_recorder, "_PERSISTER_GRACE_SECONDS", 3.0)
+
+    async def record() -> tuple[str, TaskRunRecorder]:
+        flow_run_id = await _new_flow_run("no-persister")
+        recorder = TaskRunRecorder(flow_run_id, []).start()
+        _record(recorder, "evaluator-short", 300)
+        recorder.close()
+        return flow_run_id, recorder
+
     with _server(tmp_path, monkeypatch, prefect_template_db, "EVENT_PERSISTER"):
-        exp = run_experiment(
-            "no-persister", data=[{"evaluated_model_output": str(i)} for i in range(150)],
-            evaluators=[length, short], results_dir=results_dir, print_summary=False,
-            max_concurrency=8)
-        assert exp.wait_recorded(90)
-        assert _count(exp.manifest["flow_run_id"]) == 300
-    assert not exp._recording.backlog.persisting
+        flow_run_id, recorder = asyncio.run(record())
+        assert recorder.wait(90) and recorder.recorded == 300
+        assert _count(flow_run_id) == 300
+    assert not recorder.backlog.persisting
 
 
 def _unrecordable(monkeypatch: pytest.MonkeyPatch, posts: int | None = None) -> list[bytes]:
@@ -403,7 +428,7 @@ def test_a_server_that_records_nothing_is_given_up_on_and_said_so(
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(_recorder, "MAX_AHEAD", 100)
     monkeypatch.setattr(_recorder, "_STALL_SECONDS", 1.0)
-    monkeypatch.setattr(_recorder, "_GIVE_UP_SECONDS", 4.0)
+    monkeypatch.setattr(_recorder, "GIVE_UP_SECONDS", 4.0)
     _unrecordable(monkeypatch)
 
     async def record() -> TaskRunRecorder:

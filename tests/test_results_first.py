@@ -1,107 +1,111 @@
 """Results first: an experiment returns once its rows are done and its results written;
-Prefect's records follow in the background, and the process waits for them at exit.
+Prefect's records follow from the recorder process, and the process waits for them at exit.
 
-The Prefect server here is real; what is played is a server slow to take events: posts
-of events fail until the test releases them (`held_records.hold`).
+The Prefect server here is real; what is played is a server slow to take events: a gate
+in front of it (`prefect_gate`) answers posts of events 503 until the test releases it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-
-from patronus_tasks.integrations.prefect import recorder as _recorder
+from prefect.client.orchestration import get_client
 
 from . import held_records
+from .prefect_gate import Gate, gate_for
+from .prefect_servers import api_of
 from .test_recording import _count
 
 HERE = Path(__file__).resolve().parent
 CALLS = held_records.ROWS * 2
 
 
-def _prefect_part(exp_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((exp_dir / "manifest.json").read_text())["prefect"])
+def _manifest(exp_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((exp_dir / "manifest.json").read_text()))
+
+
+def _until(check: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
 
 
 @pytest.fixture
-def release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Posts of events held back in this process until the returned file exists."""
-    monkeypatch.setattr(_recorder._Poster, "_send", _recorder._Poster._send)
-    monkeypatch.setattr(_recorder, "_BATCH_EVENTS", _recorder._BATCH_EVENTS)
-    held_records.hold(tmp_path / "release")
-    return tmp_path / "release"
+def gate(prefect_server: str) -> Iterator[Gate]:
+    """Posts of events held (503) until ``gate.release()``; this process's API meanwhile."""
+    with gate_for(prefect_server) as gate, api_of(gate.url):
+        gate.held = True
+        yield gate
 
 
 def test_experiment_returns_with_its_results_before_prefect_has_the_records(
-        prefect_server: str, results_dir: Path, release: Path) -> None:
+        results_dir: Path, gate: Gate) -> None:
     exp = held_records.run(results_dir)
     assert len(exp.to_dataframe()) == CALLS  # every result, already
     assert exp.manifest["status"] == "completed"
-    assert _prefect_part(exp.path) == {"task_runs": CALLS, "task_runs_recorded": 0,
-                                       "task_runs_lost": 0, "complete": False}
-    assert _count(exp.manifest["flow_run_id"]) == 0
-    release.touch()
+    flow_run_id = held_records.flow_run_of(exp)
+    assert _until(lambda: _manifest(exp.path).get("prefect")) == {
+        "task_runs": CALLS, "task_runs_recorded": 0, "task_runs_lost": 0, "complete": False}
+    assert _count(flow_run_id) == 0 and not exp.wait_recorded(0.1)
+    gate.release()
     assert exp.wait_recorded(60)
-    assert _count(exp.manifest["flow_run_id"]) == CALLS
-    assert _prefect_part(exp.path)["complete"] is True
+    assert _count(flow_run_id) == CALLS
+    assert _manifest(exp.path)["prefect"]["complete"] is True
+    assert exp.manifest["prefect"]["task_runs_recorded"] == CALLS  # the object is current
 
 
-def test_a_later_run_in_the_same_folder_keeps_its_manifest(
-        prefect_server: str, results_dir: Path, release: Path) -> None:
+def test_a_later_run_in_the_same_folder_keeps_its_manifest(results_dir: Path, gate: Gate) -> None:
     # The first run's records still on their way must not write its manifest over the
     # resumed run's.
     first = held_records.run(results_dir)
     again = held_records.run(results_dir, resume=True)
     assert again.path == first.path
-    release.touch()
-    assert first.wait_recorded(60) and again.wait_recorded(60)
-    manifest = json.loads((again.path / "manifest.json").read_text())
+    gate.release()
+    assert first.wait_recorded(120) and again.wait_recorded(120)
+    manifest = _manifest(again.path)
     assert manifest["flow_run_id"] == again.manifest["flow_run_id"] != first.manifest["flow_run_id"]
     assert manifest["prefect"]["task_runs"] == 0  # the resumed run called nothing
 
 
-def _start(tmp_path: Path, prefect_server: str, *lose_after: int) -> tuple[Any, Path, Path]:
-    """The experiment in a process of its own: (process, release file, its stderr)."""
-    release, stderr = tmp_path / "release", tmp_path / "stderr.txt"
-    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+def _start(tmp_path: Path, gate: Gate, pause: float = 0.0) -> tuple[Any, Path]:
+    """The experiment in a process of its own, against the gate: (process, its stderr)."""
+    stderr = tmp_path / "stderr.txt"
+    env = {**os.environ, "PREFECT_API_URL": gate.url}
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "held_records.py"), str(tmp_path / "results"), str(release),
-         *map(str, lose_after)], env=env, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True)
-    return proc, release, stderr
+        [sys.executable, str(HERE / "held_records.py"), str(tmp_path / "results"), str(pause)],
+        env=env, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True)
+    return proc, stderr
 
 
-def _returned(proc: Any) -> str:
+def _said(proc: Any, what: str) -> str:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.startswith("returned "), line
-    return str(line.split()[1])
+    assert line.startswith(what), line
+    return line.removeprefix(what).strip()
 
 
-def _until(check: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
-def test_the_process_exits_only_once_prefect_has_every_record(
-        prefect_server: str, tmp_path: Path) -> None:
-    proc, release, stderr = _start(tmp_path, prefect_server)
+def test_the_process_exits_only_once_prefect_has_every_record(tmp_path: Path, gate: Gate) -> None:
+    proc, stderr = _start(tmp_path, gate)
     try:
-        flow_run_id = _returned(proc)
+        _said(proc, "rows done")
+        flow_run_id = _said(proc, "flow run")
         _until(lambda: "Waiting for Prefect to record" in stderr.read_text())
         assert f"{CALLS} of {CALLS} task runs of held/" in stderr.read_text()
         assert proc.poll() is None  # still there, waiting
-        release.touch()
+        gate.release()
         assert proc.wait(60) == 0
     finally:
         proc.kill()
@@ -109,21 +113,48 @@ def test_the_process_exits_only_once_prefect_has_every_record(
     assert _count(flow_run_id) == CALLS
 
 
-def test_killed_while_catching_up_keeps_every_row_and_says_what_prefect_holds(
-        prefect_server: str, tmp_path: Path) -> None:
-    proc, _, _ = _start(tmp_path, prefect_server, 1)
+async def _state(flow_run_id: str) -> tuple[str, str]:
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+    return run.state.type.value, run.state.message or ""
+
+
+def test_killed_after_its_rows_its_records_still_reach_prefect(tmp_path: Path, gate: Gate) -> None:
+    # Killed outright while Prefect catches up: every row is in the results, and the
+    # recorder process, handed every call already, records them all once it can.
+    proc, _ = _start(tmp_path, gate)
     try:
-        flow_run_id = _returned(proc)
-        exp_dir = next((tmp_path / "results" / "held").iterdir())
-        _until(lambda: _prefect_part(exp_dir)["task_runs_recorded"] > 0)
+        _said(proc, "rows done")
+        flow_run_id = _said(proc, "flow run")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
         proc.kill()
+    exp_dir = next((tmp_path / "results" / "held").iterdir())
     table = pq.read_table(exp_dir / "results.parquet")
     assert table.num_rows == CALLS and sorted(set(table.column("sid").to_pylist()), key=int) \
         == [str(i) for i in range(1, held_records.ROWS + 1)]
-    held = _count(flow_run_id)
-    assert 0 < held < CALLS
-    assert _prefect_part(exp_dir) == {"task_runs": CALLS, "task_runs_recorded": held,
-                                      "task_runs_lost": 0, "complete": False}
+    assert _count(flow_run_id) == 0
+    gate.release()
+    _until(lambda: asyncio.run(_state(flow_run_id))[0] == "COMPLETED")
+    assert _count(flow_run_id) == CALLS
+
+
+def test_killed_mid_run_its_flow_run_ends_crashed(tmp_path: Path, gate: Gate) -> None:
+    # Killed while its rows run: the rows done are kept (a resume goes on from them); the
+    # recorder process records the calls it was handed and ends the flow run Crashed.
+    gate.release()
+    proc, _ = _start(tmp_path, gate, pause=1.0)  # ~15 s of rows
+    try:
+        exp_dir = _until(lambda: next((tmp_path / "results" / "held").glob("*"), None))
+        flow_run_id = _until(lambda: (exp_dir / "manifest.json").exists()
+                             and _manifest(exp_dir).get("flow_run_id"))
+        assert _manifest(exp_dir)["status"] == "running"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    state, message = _until(lambda: (found := asyncio.run(_state(flow_run_id)))[0] != "RUNNING"
+                            and found)
+    assert state == "CRASHED" and "process ended before its rows were done" in message
+    assert 0 < _count(flow_run_id) < CALLS  # the rows done before: ~4 a second

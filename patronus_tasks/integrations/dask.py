@@ -28,8 +28,8 @@ from prefect.context import TaskRunContext
 from patronus_tasks.define.dataset import Dataset
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
+from patronus_tasks.integrations.prefect.calls import RecordingStepRunner
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
-from patronus_tasks.integrations.prefect.runs import RecordingStepRunner
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.records import Record
 from patronus_tasks.record.resume import Replay
@@ -93,7 +93,7 @@ async def run_batch(batch: Batch) -> BatchOutcome:
     pool = DaemonThreadPool(spec.max_concurrency)
     recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
                                share=batch.share).start()
-    runner = RowRunner(spec.links, RecordingStepRunner(recorder), tags=spec.tags,
+    runner = RowRunner(spec.links, RecordingStepRunner(recorder, spec.record), tags=spec.tags,
                        limit=spec.max_concurrency, pool=pool, replay=batch.replay)
 
     def on_records(records: list[Record]) -> None:

@@ -23,11 +23,22 @@ class Experiment:
     link, evaluator), with the dataset's columns beside the results.
     """
 
-    def __init__(self, path: str | Path | Location, recording: Any = None) -> None:
+    def __init__(self, path: str | Path | Location, recording: Any = None,
+                 live: Any = None) -> None:
         self.location = Location.of(path)  # a folder, or a URL of object storage
-        manifest = self.location / _parquet.MANIFEST_FILE
-        self.manifest: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
-        self._recording = recording  # a `TaskRunRecorder` still catching up, when run here
+        self._recording = recording  # a recording still catching up, when run here
+        self._live = live  # the manifest file being kept current meanwhile (its ``data``)
+        if live is None or live.data is None:
+            manifest = self.location / _parquet.MANIFEST_FILE
+            self._read: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """``manifest.json`` as a dict; while Prefect catches up (this process ran it), as
+        last written: its flow run and the task runs Prefect holds so far."""
+        if self._live is not None and self._live.data is not None:
+            return dict(self._live.data)
+        return self._read
 
     def wait_recorded(self, timeout: float | None = None) -> bool:
         """Wait until Prefect has recorded every task run of this experiment (it returned

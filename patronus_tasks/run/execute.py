@@ -96,8 +96,9 @@ class ManifestFile:
     """The experiment's ``manifest.json``, rewritten whole (atomically: a new file renamed
     over it, or one object written whole) on every change.
 
-    Written from the experiment's loop (its status) and from the background loop (how
-    many task runs Prefect holds, while it catches up): one lock for both.
+    Written from the experiment's loop (its status) and from the thread that hears how
+    far Prefect is (its flow run, how many task runs it holds): one lock for both. ``data``
+    is the manifest as last written: what `Experiment.manifest` shows while it changes.
     """
 
     #: One lock for every manifest of the process: the recorder of an earlier run in the
@@ -107,23 +108,30 @@ class ManifestFile:
     def __init__(self, out_dir: Path | Location) -> None:
         self.path = Location.of(out_dir) / _parquet.MANIFEST_FILE
         self.data: dict[str, Any] | None = None
+        self._noted: dict[str, Any] = {}  # what the recorder said: flow run, records
 
     def write(self, manifest: Manifest) -> None:
         with self._lock:
             data = manifest.to_json()
-            self.data = {**data, **({"prefect": self.data["prefect"]}
-                                    if self.data and "prefect" in self.data else {})}
+            noted = {k: v for k, v in self._noted.items() if data.get(k) is None}
+            self.data = {**data, **noted}
             self._save()
 
     def note_records(self, recorder: Any) -> None:
-        """How many task runs Prefect holds (a `TaskRunRecorder`'s progress)."""
+        """The flow run, and how many task runs Prefect holds (a recorder's progress)."""
         with self._lock:
-            if self.data is not None and self._still_ours():
-                self.data["prefect"] = PrefectRecords(
-                    task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
-                    task_runs_lost=recorder.lost,
-                    complete=recorder.ended and not recorder.lost).model_dump()
-                self._save()
+            for name in ("flow_run_id", "series"):
+                if getattr(recorder, name, None):
+                    self._noted[name] = getattr(recorder, name)
+            self._noted["prefect"] = PrefectRecords(
+                task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
+                task_runs_lost=recorder.lost,
+                complete=recorder.ended and not recorder.lost).model_dump()
+            if self.data is not None:
+                ours = self._still_ours()  # before the change: it compares with the file
+                self.data.update(self._noted)
+                if ours:
+                    self._save()
 
     def _still_ours(self) -> bool:
         """Whether the file is still this run's: a later run in the same folder (resume,

@@ -27,6 +27,10 @@ from patronus_tasks.settings import default_results_dir
 #: Prefect ``TaskRunner`` (batches through it).
 Replay = Literal["resume", "retry", None]
 BACKENDS = ("prefect", "local", "dask")
+#: Which calls become task runs: all of them, or only those that failed or did not pass
+#: (a server that limits the rate, Prefect Cloud: the rest are counted in the figures).
+RecordMode = Literal["all", "failures"]
+RECORD_MODES = ("all", "failures")
 
 
 @dataclass
@@ -51,6 +55,7 @@ class ExperimentSpec:
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
     reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
+    record: RecordMode = "all"  # which calls become task runs
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -193,6 +198,10 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"max_concurrency must be a whole number >= 1, not {concurrency!r}.")
     check_fail_on_error(o["fail_on_error"])
+    if o["record"] not in RECORD_MODES:
+        raise ConfigError(f"record must be one of {', '.join(map(repr, RECORD_MODES))}, not "
+                          f"{o['record']!r}: 'all' makes every call a task run, 'failures' only "
+                          "errors and verdicts that did not pass.")
     if o["fail_on_regression"] and kind == "local":
         raise ConfigError("fail_on_regression compares with the previous run of the series, "
                           "which the Prefect server knows: use backend='prefect' (or Dask).")
@@ -208,7 +217,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
                           fail_on_regression=bool(o["fail_on_regression"]),
-                          reporters=tuple(o["reporters"] or ()))
+                          reporters=tuple(o["reporters"] or ()), record=o["record"])
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

@@ -7,23 +7,21 @@ carries its headline figures, so the history reads as the nightly figures.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
 import socket
-from collections.abc import Callable
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from prefect.artifacts import (
-    acreate_link_artifact,
-    acreate_markdown_artifact,
-    acreate_progress_artifact,
-    acreate_table_artifact,
+    Artifact,
+    LinkArtifact,
+    MarkdownArtifact,
+    TableArtifact,
     aupdate_progress_artifact,
 )
-from prefect.client.orchestration import get_client
+from prefect.artifacts import ProgressArtifact as _Progress
 
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
@@ -125,58 +123,46 @@ def results_link(location: Path | Location) -> tuple[str, str]:
     return target, target
 
 
+async def create(artifact: Artifact, client: Any) -> Any:
+    """Create ``artifact`` (its ``flow_run_id`` set): the recorder process makes them for
+    flow runs whose code runs elsewhere, outside any run context of its own, which Prefect
+    warns of (its default is the context's run)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return await artifact.acreate(client)
+
+
 async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
-                  location: Path | Location) -> None:
+                  location: Path | Location, flow_run_id: str, client: Any) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = f"{title}: {summary.headline()}"
-    await acreate_table_artifact(summary_rows(summary), key=artifact_key(series, "summary"),
-                                 description=figures)
-    await acreate_markdown_artifact(report_markdown(title, summary, df, str(location)),
-                                    key=artifact_key(series, "report"), description=figures)
+    await create(TableArtifact(table=summary_rows(summary), key=artifact_key(series, "summary"),
+                               description=figures, flow_run_id=flow_run_id), client)
+    await create(MarkdownArtifact(markdown=report_markdown(title, summary, df, str(location)),
+                                  key=artifact_key(series, "report"), description=figures,
+                                  flow_run_id=flow_run_id), client)
     target, text = results_link(location)
-    await acreate_link_artifact(target, link_text=text, key=artifact_key(series, "results"),
-                                description=f"{title}: Parquet results")
+    await create(LinkArtifact(link=target, link_text=text, key=artifact_key(series, "results"),
+                              description=f"{title}: Parquet results", flow_run_id=flow_run_id),
+                 client)
 
 
 class ProgressArtifact:
-    """A progress artifact moved every ``interval`` seconds while rows complete."""
+    """The ``<series>-progress`` artifact: rows completed (%), moved as they are told."""
 
-    def __init__(self, series: str, done: Callable[[], int], total: int,
-                 interval: float = 1.0) -> None:
-        self.key = artifact_key(series, "progress")
-        self._done, self._total, self._interval = done, max(total, 1), interval
-        self._task: asyncio.Task[None] | None = None
+    def __init__(self, series: str, total: int, flow_run_id: str) -> None:
+        self.key, self.flow_run_id = artifact_key(series, "progress"), flow_run_id
+        self._total = max(total, 1)
         self._id: Any = None
-        self._client: Any = None
-        self._posted = 0.0
+        self._shown = -1.0
 
-    def _percent(self) -> float:
-        return round(100.0 * self._done() / self._total, 2)
-
-    async def _post(self) -> None:
-        now = self._percent()
-        if now != self._posted:
-            await aupdate_progress_artifact(self._id, now, client=self._client)
-            self._posted = now
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self._post()
-
-    async def __aenter__(self) -> ProgressArtifact:
-        self._id = await acreate_progress_artifact(0.0, key=self.key,
-                                                   description="rows completed (%)")
-        self._client = get_client()
-        await self._client.__aenter__()
-        self._task = asyncio.create_task(self._loop())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._id is not None:
-            await self._post()  # the final figure, whatever the last tick showed
-        await self._client.__aexit__(None, None, None)
+    async def show(self, done: int, client: Any) -> None:
+        """Show ``done`` rows (made on the first call; unchanged figures are not sent)."""
+        percent = round(100.0 * done / self._total, 2)
+        if self._id is None:
+            made = await create(_Progress(progress=percent, key=self.key, flow_run_id=self.flow_run_id,
+                                          description="rows completed (%)"), client)
+            self._id, self._shown = made.id, percent
+        elif percent != self._shown:
+            await aupdate_progress_artifact(self._id, percent, client=client)
+            self._shown = percent

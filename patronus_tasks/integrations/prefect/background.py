@@ -77,6 +77,11 @@ def submit(coro: Coroutine[Any, Any, None], context: contextvars.Context | None 
     loop.call_soon_threadsafe(start)
 
 
+def loop() -> asyncio.AbstractEventLoop:
+    """The background loop (started on first use)."""
+    return _LOOP.get()
+
+
 def keep_alive(work: Pending) -> None:
     """Do not let the process exit before ``work`` is done (see `drain`)."""
     with _LOOP._lock:
@@ -95,8 +100,10 @@ def drain(timeout: float | None = None) -> bool:
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     said = False
+    waited: list[Pending] = []
     try:
         while (left := unfinished()):
+            waited += [p for p in left if p not in waited]
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if said or not left[0].wait(1.0):
@@ -108,8 +115,16 @@ def drain(timeout: float | None = None) -> bool:
         _say("Stopped waiting: " + "; ".join(p.describe() for p in unfinished()))
         return False
     if said:
-        _say("Prefect has recorded every task run.")
+        _say(_outcome(waited))
     return True
+
+
+def _outcome(waited: list[Pending]) -> str:
+    lost = sum(int(getattr(p, "lost", 0) or 0) for p in waited)
+    if not lost:
+        return "Prefect has recorded every task run."
+    return (f"Prefect did not record {lost} task runs (said above why); their rows are in the "
+            "Parquet results.")
 
 
 def _say(text: str) -> None:

@@ -45,11 +45,13 @@ _ALL_TIME = {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
 class Backlog:
     """Batches posted and not yet recorded, in the order they were posted."""
 
-    def __init__(self) -> None:
+    def __init__(self, persisting: bool = True) -> None:
         self.posted: deque[Batch] = deque()
         self.sent = 0  # events posted (each once, however often it was sent)
         self.recorded = 0  # task runs whose final state the server holds
-        self.persisting = True  # False once the event persister looks switched off
+        #: False when the event persister is known to be off (the built-in server), or
+        #: once it looks switched off
+        self.persisting = persisting
         self._stored_any = False
         self._recorded_events = 0  # events the task-run recorder alone has taken
         self._recorded_at = 0.0  # when the recorder was first seen to take one
@@ -113,8 +115,10 @@ class Backlog:
 
     def persister_silent(self, after: int, grace: float) -> bool:
         """Whether the event persister looks switched off (see `refresh`); once it does,
-        batches count as recorded by their task runs alone."""
-        if (self.persisting and not self._stored_any and self._recorded_events >= after
+        batches count as recorded by their task runs alone. (``after`` events, or all
+        those posted when fewer: a small experiment must not wait for ever.)"""
+        taken = self._recorded_events >= min(after, self.sent)
+        if (self.persisting and not self._stored_any and taken
                 and time.monotonic() - self._recorded_at >= grace):
             self.persisting = False
         return not self.persisting

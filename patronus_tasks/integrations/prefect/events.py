@@ -156,6 +156,16 @@ class Batch:
     def body(self) -> bytes:
         return b"[" + self.data + b"]"
 
+    def split(self) -> tuple[Batch, Batch]:
+        """Two batches of half the events each, in order (a server that limits the rate
+        may refuse a batch bigger than what it allows in its window, for ever)."""
+        events = orjson.loads(self.body())
+        halves = (Batch(self.queue), Batch(self.queue))
+        for i, event in enumerate(events):
+            halves[i >= len(events) // 2].add(
+                event, event["resource"]["prefect.state-type"] in FINAL_TYPES)
+        return halves
+
     def renew(self, events: list[dict[str, Any]], held: set[str]) -> bytes:
         """Give ``events`` (this batch's) new ids but for those in ``held``, and hold them
         in their place; return the body of the renewed ones, to send again.

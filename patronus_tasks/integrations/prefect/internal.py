@@ -10,6 +10,7 @@ compares what the API returns; the Prefect range in pyproject.toml is what it pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -41,3 +42,24 @@ async def filter_task_runs(client: Any, body: dict[str, Any]) -> list[dict[str, 
 async def filter_events(client: Any, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /events/filter``: one page of events and the total."""
     return dict((await _post(client, "/events/filter", json=body)).json())
+
+
+async def create_flow_run(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /flow_runs/`` (the public client's takes a `Flow` object, which the recorder
+    process does not have: the experiment's code runs elsewhere)."""
+    return dict((await _post(client, "/flow_runs/", json=body)).json())
+
+
+async def create_task_run(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /task_runs/`` (the public client's takes a `Task` object)."""
+    return dict((await _post(client, "/task_runs/", json=body)).json())
+
+
+def watch_responses(client: Any, hook: Callable[[Any], None]) -> None:
+    """Call ``hook`` with every response the client gets, retried ones included (Prefect's
+    client retries a 429 itself: the recorder still wants to know the server limits it)."""
+
+    async def seen(response: Any) -> None:
+        hook(response)
+
+    client._client.event_hooks["response"].append(seen)

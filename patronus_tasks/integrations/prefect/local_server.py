@@ -37,7 +37,12 @@ from prefect.settings import get_current_settings
 
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import background as _background
-from patronus_tasks.settings import SERVER_DEFAULTS, SERVER_NICE
+from patronus_tasks.settings import (
+    BUILT_IN_SERVER_OFF,
+    PERSISTER_SETTING,
+    SERVER_DEFAULTS,
+    SERVER_NICE,
+)
 
 logger = logging.getLogger("patronus_tasks")
 #: Seconds to wait for the server: a new database took 18.6-19.0 s to migrate on a quiet
@@ -75,9 +80,10 @@ def _startup_timeout(given: float | None) -> float:
 
 
 def server_env() -> dict[str, str]:
-    """The server process's environment: ours, the settings for many task runs where
-    unset, and this process's Prefect settings (its database among them)."""
-    env = {**SERVER_DEFAULTS, **os.environ}
+    """The server process's environment: ours, the settings for many task runs and the
+    services it does without where unset, and this process's Prefect settings (its
+    database among them)."""
+    env = {**SERVER_DEFAULTS, **BUILT_IN_SERVER_OFF, **os.environ}
     env.update(get_current_settings().to_environment_variables(exclude_unset=True))
     env.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
     return env
@@ -88,6 +94,7 @@ class LocalServer(SubprocessASGIServer):
 
     _lock = threading.Lock()
     started_in = 0.0  # seconds the last start took
+    persisting = True  # whether its event persister runs (`server_env`)
     hinted = False  # whether an experiment said it runs here (`hint`)
 
     def start(self, timeout: float | None = None) -> None:
@@ -97,6 +104,7 @@ class LocalServer(SubprocessASGIServer):
             wait = _startup_timeout(timeout)
             began = time.monotonic()
             self._spawn_until_up(wait)
+            self.persisting = server_env()[PERSISTER_SETTING].lower() not in ("false", "0", "no")
             self.running = True
             self.started_in = time.monotonic() - began
             import atexit

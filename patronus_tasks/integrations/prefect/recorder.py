@@ -32,11 +32,13 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Batch, Call, EventFormat, State
+from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
 
 logger = logging.getLogger("patronus_tasks.records")
 _BATCH_EVENTS, _FLUSH_SECONDS = 500, 0.25
@@ -49,8 +51,8 @@ _POLL_SECONDS = 0.5
 #: With events outstanding and nothing recorded for this long, send them again (a server
 #: that restarted at the end of a run lost them, and nothing posted later shows the gap),
 #: then after twice as long each time (they go under new ids: a server merely slow would
-#: get them twice); with nothing recorded for `_GIVE_UP_SECONDS`, count them lost.
-_STALL_SECONDS, _GIVE_UP_SECONDS = 15.0, 300.0
+#: get them twice); with nothing recorded for `GIVE_UP_SECONDS`, count them lost.
+_STALL_SECONDS, GIVE_UP_SECONDS = 15.0, 300.0
 #: How long the event persister may store nothing while the task-run recorder takes
 #: events, before it is taken to be switched off (three of its default flush intervals).
 _PERSISTER_GRACE_SECONDS = 15.0
@@ -63,6 +65,9 @@ _WARN_SECONDS = 10.0
 #: minutes to catch up (~7 ms per event), and meanwhile its broker may drop copies.
 _MAX_POSTS = 30
 _AGAIN, _ROWS, _EVALUATORS = 0, 1, 2  # the recorder's queues, in the order they are posted
+#: A batch a server refused for its rate is cut in two, down to this many events: it may
+#: be more than the server allows in a window (Prefect Cloud counts each event).
+_MIN_SPLIT = 25
 
 
 class TaskRunRecorder:
@@ -74,7 +79,7 @@ class TaskRunRecorder:
 
     def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None,
                  share: int = 1, on_progress: Callable[[TaskRunRecorder], None] | None = None,
-                 label: str = "") -> None:
+                 label: str = "", persisting: bool = True) -> None:
         self.flow_run_id, self.label = flow_run_id, label
         self.format = EventFormat(flow_run_id, tags, parent_task_run_id)
         self.share = max(1, share)  # recorders posting to the server at once, this one included
@@ -83,9 +88,10 @@ class TaskRunRecorder:
         self._logs: deque[dict[str, Any]] = deque()
         self._lock = threading.Lock()
         self._buffered = 0  # bytes of the events waiting in the queues
-        self.backlog = Backlog()
+        self.backlog = Backlog(persisting)  # False: the server stores no events
         self.expected = 0  # calls finished: task runs this recorder must see recorded
         self.lost = self.logs_dropped = 0
+        self.pace = Pace()  # how fast the server takes events, when it limits the rate
         self._closed = False
         self._finished = threading.Event()
         self._ended = False  # `ended`: set before the last progress note; `done` after it
@@ -151,6 +157,17 @@ class TaskRunRecorder:
         return self.backlog.recorded
 
     @property
+    def buffered(self) -> int:
+        """Bytes of the events waiting to be posted."""
+        return self._buffered
+
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know about the catch-up (a server limiting the rate)."""
+        note = self.pace.note(self.expected - self.recorded - self.lost)
+        return [note] if note else []
+
+    @property
     def done(self) -> bool:
         return self._finished.is_set()
 
@@ -187,8 +204,12 @@ class TaskRunRecorder:
     async def _run(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         try:
-            async with get_client() as client:
-                await _Poster(self, client).run()
+            # Its own retries (and waits for Retry-After) only: the client's would hold
+            # every post to a server that is down for a minute of back-off.
+            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
+                async with get_client() as client:
+                    internal.watch_responses(client, self.pace.saw)
+                    await _Poster(self, client).run()
         except Exception as exc:  # never silently: count what did not reach the server
             logger.error("recording task runs in Prefect failed: %s", _brief(exc))
             self.lost = self.expected - self.recorded
@@ -273,12 +294,20 @@ class _Poster:
             if r.backlog.posted and r.backlog.ahead() + batch.count > r.max_ahead:
                 r._put_back([batch])
                 return
-            if not await self._send(batch):
+            try:
+                sent = await self._send(batch)
+            except RateLimited as limited:  # not taken: it goes again once the server allows
+                refused = [batch] if batch.posts or batch.count <= _MIN_SPLIT else [*batch.split()]
+                r._put_back(refused)
+                await self._wait_out(limited)
+                return
+            if not sent:
                 # Down, or restarting: a restarted server lost what it had queued.
                 r._put_back([*r.backlog.posted, batch])
                 r.backlog.posted.clear()
                 return
             r.backlog.add(batch)
+            r.pace.took(batch.count)
 
     async def _send(self, batch: Batch) -> bool:
         try:
@@ -287,10 +316,18 @@ class _Poster:
                 await internal.post_events(self.client, body)
             return True
         except Exception as exc:
+            RateLimited.raise_if(exc)
             self._warn(f"could not post {batch.count} task-run events to Prefect (will retry): "
                        f"{_brief(exc)}")
             await asyncio.sleep(1.0)
             return False
+
+    async def _wait_out(self, limited: RateLimited) -> None:
+        """Wait as long as the server asked (its ``Retry-After``), saying what it means."""
+        self._warn(self.r.pace.note(self.r.expected - self.r.recorded - self.r.lost)
+                   or f"Prefect limits the rate of events: waiting {limited.seconds:.0f} s")
+        await asyncio.sleep(limited.seconds)
+        self.waiting_since = time.monotonic()  # it answered: slow, not gone
 
     async def _check(self) -> None:
         """Every `_POLL_SECONDS`: what did the server record, and what did it lose?"""
@@ -304,6 +341,8 @@ class _Poster:
                                            grace=_PERSISTER_GRACE_SECONDS)
         except Exception as exc:
             self._warn(f"could not read what Prefect recorded (will retry): {_brief(exc)}")
+            limited = RateLimited.of(exc)
+            self.checked += limited.seconds if limited else 0.0  # ask again once allowed
             lost = []
         again = [b for b in lost if b.posts < _MAX_POSTS]
         if again:
@@ -336,7 +375,7 @@ class _Poster:
 
     def _given_up(self) -> bool:
         r = self.r
-        if time.monotonic() - self.waiting_since < _GIVE_UP_SECONDS:
+        if time.monotonic() - self.waiting_since < GIVE_UP_SECONDS:
             return False
         r.lost = r.expected - r.recorded
         logger.error("Prefect recorded none of this experiment's task runs for %.0f s: %d of %d "
@@ -351,6 +390,11 @@ class _Poster:
         try:
             await internal.post_logs(self.client, logs)
         except Exception as exc:
+            limited = RateLimited.of(exc)
+            if limited is not None:  # they go again, once the server allows
+                self.r._logs.extendleft(reversed(logs))
+                await self._wait_out(limited)
+                return
             self.r.logs_dropped += len(logs)
             self._warn(f"could not send {len(logs)} log records to Prefect: {_brief(exc)}")
 

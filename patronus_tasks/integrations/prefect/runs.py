@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -16,51 +15,11 @@ from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 
 from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
-from patronus_tasks.integrations.prefect.display import call_inputs, call_log, call_state
-from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, now
-from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
-from patronus_tasks.run.runner import Invocation, LocalStepRunner
 
 T = TypeVar("T")
 logger = logging.getLogger("patronus_tasks")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
-
-
-class RecordingStepRunner(LocalStepRunner):
-    """Runs calls in plain asyncio (retries and timeouts as `LocalStepRunner`) and records
-    each as its own Prefect task run through a `TaskRunRecorder`: named ``<step>-<sid>``,
-    waiting on its row's task (the flow-run graph shows each row's task feeding its
-    evaluators), Running in the UI once it runs `RUNNING_AFTER` seconds, its log records
-    attached to it."""
-
-    def __init__(self, recorder: TaskRunRecorder) -> None:
-        self.recorder = recorder
-
-    async def run(self, inv: Invocation, upstream: Any) -> None:
-        step = inv.step
-        call = Call(str(uuid.uuid4()), inv.run_name, f"{step.kind}-{step.name}", upstream, now(),
-                    step.retries, step.retry_delay_seconds, call_inputs(inv))
-        shown = asyncio.get_running_loop().call_later(
-            RUNNING_AFTER, lambda: self.recorder.running(call, max(inv.attempts, 1)))
-        token = _steplogs.CURRENT.set((self.recorder, call.task_run_id))
-        try:
-            await super().run(inv, upstream)
-        finally:
-            shown.cancel()
-            _steplogs.CURRENT.reset(token)
-        state = call_state(inv)
-        self.recorder.finished(call, state, max(inv.attempts, 1), now())
-        self._log(inv, call, state)
-        inv.handle = call.task_run_id
-        await self.recorder.backpressure()
-
-    def _log(self, inv: Invocation, call: Call, state: Any) -> None:
-        line = call_log(inv, state)
-        if line is not None:
-            self.recorder.log({"name": "patronus_tasks", "level": line[0], "message": line[1],
-                               "timestamp": now().isoformat(), "task_run_id": call.task_run_id})
 
 
 def experiment_flow_run_name() -> str:

@@ -13,13 +13,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
-from prefect.client.orchestration import get_client
+from prefect.artifacts import MarkdownArtifact, TableArtifact
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
-from prefect.context import FlowRunContext
 
-from patronus_tasks.integrations.prefect.artifacts import artifact_key, markdown_table, num, pct
+from patronus_tasks.integrations.prefect.artifacts import artifact_key, create, markdown_table, num, pct
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -38,30 +36,11 @@ class PreviousRun:
     flow_run_id: str | None
 
 
-async def series_of(project: str, given: str | None) -> str:
-    """The series: ``given``, else the deployment (or flow) this runs in and the project.
-
-    Called before the experiment's own flow run starts, so the context is its parent's.
-    """
-    if given:
-        return given
-    ctx = FlowRunContext.get()
-    if ctx is None or ctx.flow_run is None:
-        return project  # run on its own: its flow is the project's
-    owner = ctx.flow.name if ctx.flow else ctx.flow_run.name
-    if ctx.flow_run.deployment_id is not None:
-        async with get_client() as client:
-            deployment = await client.read_deployment(ctx.flow_run.deployment_id)
-        owner = f"{owner}/{deployment.name}"
-    return f"{owner}/{project}"
-
-
-async def previous_run(series: str) -> PreviousRun | None:
+async def previous_run(series: str, client: Any) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
-    async with get_client() as client:
-        found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
-            sort=ArtifactSort.CREATED_DESC, limit=1)
+    found = await client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
+        sort=ArtifactSort.CREATED_DESC, limit=1)
     if not found:
         return None
     link = re.search(r"\]\((.*)\)$", str(found[0].data or ""))
@@ -162,12 +141,12 @@ def headline(comparison: Comparison | str) -> str:
 
 
 async def publish_comparison(series: str, title: str, previous: PreviousRun | None,
-                             this: Experiment) -> Comparison | str:
+                             this: Experiment, flow_run_id: str, client: Any) -> Comparison | str:
     """Compare ``this`` with the series' previous run; publish ``<series>-vs-previous``."""
     comparison = compare_with(previous, this)
-    await acreate_markdown_artifact(comparison_markdown(title, comparison, previous),
-                                    key=artifact_key(series, "vs-previous"),
-                                    description=f"{title}: {headline(comparison)}")
+    await create(MarkdownArtifact(markdown=comparison_markdown(title, comparison, previous),
+                                  key=artifact_key(series, "vs-previous"), flow_run_id=flow_run_id,
+                                  description=f"{title}: {headline(comparison)}"), client)
     return comparison
 
 
@@ -189,22 +168,23 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
     return row
 
 
-async def publish_history(series: str, row: dict[str, Any]) -> None:
+async def publish_history(series: str, row: dict[str, Any], flow_run_id: str, client: Any) -> None:
     """``<series>-history``: the last runs of the series, one row each, newest first.
 
     The UI lists an artifact key's versions by id only: this one table is where a
     series' figures read night after night (the previous version's rows, plus this run).
     """
     key = artifact_key(series, "history")
-    async with get_client() as client:
-        found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-            sort=ArtifactSort.CREATED_DESC, limit=1)
+    found = await client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+        sort=ArtifactSort.CREATED_DESC, limit=1)
     earlier = _table(found[0].data) if found else []
     rows = [row, *earlier][:HISTORY_ROWS]
     columns = list(dict.fromkeys(c for r in rows for c in r))
-    await acreate_table_artifact([{c: r.get(c, "") for c in columns} for r in rows], key=key,
-                                 description=f"{series}: the last {len(rows)} runs, newest first")
+    await create(TableArtifact(table=[{c: r.get(c, "") for c in columns} for r in rows], key=key,
+                               flow_run_id=flow_run_id,
+                               description=f"{series}: the last {len(rows)} runs, newest first"),
+                 client)
 
 
 def _table(data: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import logging
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -70,14 +69,14 @@ def built_in() -> Any:
     return _local_server.built_in()
 
 
-def hint(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-    """Once per process, when an experiment runs on the built-in server: say what it costs
-    and how to keep a server instead."""
+def startup_note() -> str | None:
+    """Once per process, when experiments run on the built-in server: what it costs and
+    how to keep a server instead (a line for the flow run's log)."""
     server = built_in()
     if server is None or server.hinted:
-        return
+        return None
     server.hinted = True
-    log.info("This runs on Prefect's built-in server, started for this process in %.1f s and "
-             "stopped with it. To skip that start and keep every run in a UI: "
-             "`patronus-tasks server up`, then `export PREFECT_API_URL=http://127.0.0.1:4200/api`; "
-             "the UI is then at http://127.0.0.1:4200", server.started_in)
+    return (f"This runs on Prefect's built-in server, started in {server.started_in:.1f} s for "
+            "this process and stopped with it. To skip that start and keep every run in a UI: "
+            "`patronus-tasks server up`, then `export PREFECT_API_URL=http://127.0.0.1:4200/api`; "
+            "the UI is then at http://127.0.0.1:4200")

@@ -1,0 +1,67 @@
+"""After an experiment's rows: its artifacts, the comparison with its series' previous
+run, and the verdict its flow run ends with, top to bottom.
+
+Runs where the records are kept (the recorder process, or the flow of Dask batches),
+after the results are written: nothing here is in front of the results.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect.states import Completed, Failed, State
+
+from patronus_tasks.integrations.prefect import artifacts as _artifacts
+from patronus_tasks.integrations.prefect import series as _series
+from patronus_tasks.record.location import Location
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.summary import Summary
+
+
+@dataclass
+class Verdict:
+    """What the experiment's flow run ends with: its state, the lines it logs, and the
+    gates that failed (those checked here, ``fail_on_regression``, included)."""
+
+    state: State
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+async def publish(client: Any, flow_run_id: str, series: str, title: str, out_dir: Location,
+                  gate_failures: list[str], fail_on_regression: bool) -> Verdict:
+    """Publish the results and the comparison; say the verdict (a failed gate fails it)."""
+    previous = await _series.previous_run(series, client)  # before ours is published
+    experiment, summary = await _publish_results(client, flow_run_id, series, title, out_dir)
+    comparison = await _series.publish_comparison(series, title, previous, experiment,
+                                                  flow_run_id, client)
+    await _series.publish_history(series, _series.history_row(experiment, summary, comparison),
+                                  flow_run_id, client)
+    failures = list(gate_failures)
+    if fail_on_regression:
+        failures += _series.regression_failures(comparison)
+    return _verdict(experiment, summary, _series.headline(comparison), failures)
+
+
+async def _publish_results(client: Any, flow_run_id: str, series: str, title: str,
+                           out_dir: Location) -> tuple[Experiment, Summary]:
+    experiment = Experiment(out_dir)
+    df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
+    summary = experiment.summary(df)
+    await _artifacts.publish(series, title, summary, df, experiment.results_path, flow_run_id,
+                             client)
+    return experiment, summary
+
+
+def _verdict(experiment: Experiment, summary: Summary, compared: str,
+             failures: list[str]) -> Verdict:
+    message = f"{summary.headline()}. Results: {experiment.results_path}"
+    lines = [(logging.INFO, line) for line in (*summary.headlines(), compared,
+                                               f"results: {experiment.results_path}")]
+    if not failures:
+        return Verdict(Completed(message=message), lines)
+    lines += [(logging.ERROR, f"quality gate failed: {f}") for f in failures]
+    return Verdict(Failed(message=f"quality gate failed: {'; '.join(failures)}. {message}"),
+                   lines, failures)

@@ -1,0 +1,69 @@
+"""What an experiment's process and its recorder process say to each other.
+
+To the recorder process (`recording`): ``("open", Opening)`` once per experiment, then
+``("calls", [(key, item), ...], {key: rows done})`` (an item is ``("running", Call,
+run_count)``, ``("finished", Call, State, run_count, end)`` or ``("log", record)``), then
+``("close", Closing)``; ``("stop",)`` when the experiment's process stops waiting for it.
+Back (`recorder_main`): ``("flow_run", key, id, url)``, ``("progress", key, Progress)``,
+``("verdict", key, [failure, ...])`` and ``("done", key, Progress)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from patronus_tasks.record.location import Location
+from patronus_tasks.run.spec import RecordMode
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    """The flow run an experiment runs inside (a user's ``@flow``, a deployment's)."""
+
+    flow_run_id: str
+    flow_name: str
+    deployment_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Opening:
+    """An experiment's flow run, to be created: what it shows and where its results are."""
+
+    key: str
+    project: str
+    title: str  # ``<project>/<experiment>``
+    flow_name: str
+    run_name: str
+    tags: tuple[str, ...]
+    parameters: dict[str, Any]
+    out_dir: Location
+    rows: int
+    series: str | None = None  # given; else the parent's flow (and deployment) and project
+    parent: ParentRun | None = None
+    record: RecordMode = "all"
+    persisting: bool | None = None  # whether the server stores events, if known here
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How an experiment's rows ended, and what its final state must weigh."""
+
+    key: str
+    status: Literal["completed", "interrupted"]
+    gate_failures: tuple[str, ...] = ()  # the gates checked here (errors, pass rates)
+    fail_on_regression: bool = False
+    calls: int = 0  # calls made, recorded or not
+    why: str | None = None  # what interrupted it
+
+
+@dataclass
+class Progress:
+    """How far Prefect is with an experiment's task runs."""
+
+    expected: int = 0  # calls sent to be recorded
+    recorded: int = 0
+    lost: int = 0
+    logs_dropped: int = 0
+    ended: bool = False  # nothing more will be recorded
+    notes: list[str] = field(default_factory=list)  # what the user should know (rate limits)

@@ -1,0 +1,316 @@
+"""The recorder process: an experiment process's flow runs and task runs, kept on Prefect.
+
+Started by `recording` as ``python -m patronus_tasks.integrations.prefect.recorder_main``
+with the experiment process's Prefect settings. It reads `protocol` messages on stdin
+and answers on its original stdout (anything printed goes to stderr). Per experiment
+(`Session`): it creates the flow run, records the calls through a `TaskRunRecorder`,
+moves the progress artifact, and once the rows are done publishes the artifacts and the
+comparison, waits for the task runs, and sets the final state. At the end of stdin
+(the experiment's process is gone) it finishes what it was handed, marking an
+experiment whose rows were not done Crashed, and exits; ``stop`` ends it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Coroutine
+from typing import IO, Any
+
+from prefect.client.orchestration import get_client
+from prefect.states import Cancelled, Completed, Crashed
+
+from patronus_tasks.exceptions import ExperimentError
+from patronus_tasks.integrations.prefect import artifacts as _artifacts
+from patronus_tasks.integrations.prefect import background as _background
+from patronus_tasks.integrations.prefect import flowruns, postrun, server_hook
+from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
+from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
+from patronus_tasks.integrations.prefect.recorder import (
+    GIVE_UP_SECONDS,
+    MAX_BUFFERED_BYTES,
+    TaskRunRecorder,
+)
+
+logger = logging.getLogger("patronus_tasks.records")
+_PROGRESS_EVERY = 1.0  # seconds between moves of the progress artifact
+_ORPHANED = "the experiment's process ended before its rows were done"
+
+
+class Service:
+    """Every experiment this process records, and the channel back to their process."""
+
+    def __init__(self, answers: IO[bytes]) -> None:
+        self.answers = answers
+        self.sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self.publishing: asyncio.Lock | None = None  # one experiment's post-run at a time
+        self.orphan = False  # the experiment's process is gone
+
+    def tell(self, kind: str, key: str, body: Any) -> None:
+        """Answer the experiment's process (gone: nobody is listening, the work goes on)."""
+        with self._lock:
+            if self.orphan:
+                return
+            try:
+                write_frame(self.answers, (kind, key, body))
+            except (OSError, ValueError):
+                self.orphan = True
+
+    def take(self, message: tuple[Any, ...]) -> None:
+        """A message from the experiment's process (on the background loop)."""
+        kind = message[0]
+        if kind == "open":
+            session = self.sessions[message[1].key] = Session(self, message[1])
+            session.begin()
+        elif kind == "calls":
+            for key, item in message[1]:
+                self.sessions[key].take(item)
+            for key, rows in message[2].items():
+                self.sessions[key].rows_done = rows
+        elif kind == "close":
+            self.sessions[message[1].key].end(message[1])
+
+    def orphaned(self) -> None:
+        """The experiment's process is gone: end what it left running."""
+        self.orphan = True
+        for session in list(self.sessions.values()):
+            if session.closing is None:
+                session.end(Closing(session.o.key, "interrupted", why=_ORPHANED))
+
+    def buffered(self) -> int:
+        return sum(s.buffered() for s in list(self.sessions.values()))
+
+    def unfinished(self) -> int:
+        return sum(not s.finished.is_set() for s in list(self.sessions.values()))
+
+
+class Session:
+    """One experiment: its flow run, its recorder, its end."""
+
+    def __init__(self, service: Service, opening: Opening) -> None:
+        self.service, self.o = service, opening
+        self.waiting: list[tuple[Any, ...]] = []  # calls before the flow run exists
+        self.recorder: TaskRunRecorder | None = None
+        self.flow_run_id: str | None = None
+        self.parent_task_run: str | None = None
+        self.series = opening.series or opening.project
+        self.rows_done = 0
+        self.calls = 0  # calls handed over to be recorded
+        self.closing: Closing | None = None
+        self.finished = threading.Event()
+        self._opened: asyncio.Task[None] | None = None
+
+    def begin(self) -> None:
+        self._opened = asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        created = await _until_created(self.o)
+        if created is None:
+            return
+        self.flow_run_id, self.parent_task_run = created.flow_run_id, created.parent_task_run
+        self.series = created.series
+        _say_built_in_server()
+        self.recorder = TaskRunRecorder(self.flow_run_id, list(self.o.tags),
+                                        on_progress=self._progress, label=self.o.title,
+                                        persisting=_persisting(self.o)).start()
+        for item in self.waiting:
+            self._feed(item)
+        self.waiting = []
+        self.service.tell("flow_run", self.o.key,
+                          (self.flow_run_id, _url(self.flow_run_id), self.series))
+        asyncio.get_running_loop().create_task(self._show_progress())
+
+    def take(self, item: tuple[Any, ...]) -> None:
+        self.calls += item[0] == "finished"
+        if self.recorder is None:
+            self.waiting.append(item)
+        else:
+            self._feed(item)
+
+    def _feed(self, item: tuple[Any, ...]) -> None:
+        assert self.recorder is not None
+        if item[0] == "finished":
+            self.recorder.finished(*item[1:])
+        elif item[0] == "running":
+            self.recorder.running(*item[1:])
+        else:
+            self.recorder.log(item[1])
+
+    def buffered(self) -> int:
+        return self.recorder.buffered if self.recorder is not None else 1_000 * len(self.waiting)
+
+    def _progress(self, recorder: TaskRunRecorder) -> None:
+        self.service.tell("progress", self.o.key, _progress_of(recorder))
+
+    async def _show_progress(self) -> None:
+        assert self.flow_run_id is not None
+        shown = _artifacts.ProgressArtifact(self.series, self.o.rows, self.flow_run_id)
+        async with get_client() as client:
+            while True:
+                rows = self.rows_done
+                await _quietly(shown.show(rows, client), "move the progress artifact")
+                if self.closing is not None and rows == self.rows_done:
+                    return
+                await asyncio.sleep(_PROGRESS_EVERY)
+
+    def end(self, closing: Closing) -> None:
+        self.closing = closing
+        asyncio.get_running_loop().create_task(self._end(closing))
+
+    async def _end(self, closing: Closing) -> None:
+        assert self._opened is not None
+        await self._opened
+        try:
+            if self.recorder is None or self.flow_run_id is None:
+                self.service.tell("verdict", self.o.key, [])
+                return
+            self.recorder.close()
+            async with get_client() as client:
+                verdict = await self._verdict(client, closing)
+                await self.recorder.until_recorded()
+                await _quietly(self._settle(client, closing, verdict), "set the final state")
+        finally:
+            progress = _progress_of(self.recorder)
+            if self.recorder is None:  # no flow run: none of its calls was recorded
+                progress.expected = progress.lost = self.calls
+            self.service.tell("done", self.o.key, progress)
+            self.finished.set()
+
+    async def _verdict(self, client: Any, closing: Closing) -> postrun.Verdict:
+        """The final state: Cancelled or Crashed when the rows did not finish, else the
+        verdict on the published results (told at once: a gate may be waiting for it)."""
+        if closing.status == "interrupted":
+            kind = Crashed if closing.why == _ORPHANED else Cancelled
+            return postrun.Verdict(kind(message=f"interrupted: {closing.why}"))
+        verdict = postrun.Verdict(Completed(message="the figures could not be published"))
+        assert self.service.publishing is not None and self.flow_run_id is not None
+        async with self.service.publishing:  # the next run of a series compares with this one
+            try:
+                verdict = await postrun.publish(
+                    client, self.flow_run_id, self.series, self.o.title, self.o.out_dir,
+                    list(closing.gate_failures), closing.fail_on_regression)
+            except Exception as exc:
+                logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
+                             " ".join(str(exc).split())[:300])
+        self.service.tell("verdict", self.o.key, verdict.failures)
+        return verdict
+
+    async def _settle(self, client: Any, closing: Closing, verdict: postrun.Verdict) -> None:
+        assert self.flow_run_id is not None and self.recorder is not None
+        lines = list(verdict.lines)
+        if self.o.record != "all":
+            lines.append((logging.INFO, f"{self.recorder.expected} of {closing.calls} calls "
+                          "recorded as task runs (record='failures': errors and failed verdicts)"))
+        if _BUILT_IN.said:
+            lines.insert(0, (logging.INFO, _BUILT_IN.said))
+        final = logging.INFO if verdict.state.is_completed() else logging.ERROR
+        lines.append((final, f"Finished in state {verdict.state}"))  # as Prefect's engine says
+        await _quietly(flowruns.log(client, self.flow_run_id, lines), "log the figures")
+        await flowruns.finish(client, self.flow_run_id, verdict.state, self.parent_task_run)
+
+
+async def _until_created(opening: Opening) -> flowruns.Created | None:
+    """Create the experiment's flow run, trying again while the server does not answer
+    (starting, restarting) for up to `GIVE_UP_SECONDS`; None if it never did."""
+    deadline, wait = time.monotonic() + GIVE_UP_SECONDS, 0.5
+    while True:
+        try:
+            async with get_client() as client:
+                return await flowruns.create(client, opening)
+        except ExperimentError as exc:  # the built-in server did not start: it says why
+            logger.error("%s", exc)
+            return None
+        except Exception as exc:
+            brief = " ".join(str(exc).split())[:300]
+            if time.monotonic() + wait > deadline:
+                logger.error("could not create the flow run of %s on Prefect: %s", opening.title,
+                             brief)
+                return None
+            if wait >= 8:
+                logger.warning("could not create the flow run of %s on Prefect yet (will retry): "
+                               "%s", opening.title, brief)
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, 30.0)
+
+
+def _persisting(opening: Opening) -> bool:
+    """Whether the server stores events: known for a built-in server (the experiment's
+    process's, or ours), else taken to (the recorder finds out if not)."""
+    if opening.persisting is not None:
+        return opening.persisting
+    server = server_hook.built_in()
+    return server is None or bool(server.persisting)
+
+
+class _BuiltIn:
+    said: str | None = None  # what was said of this process's built-in server
+
+
+_BUILT_IN = _BuiltIn()
+
+
+def _say_built_in_server() -> None:
+    """Once, when this process runs the built-in server: say so where the user reads."""
+    note = server_hook.startup_note()
+    if note:
+        _BUILT_IN.said = note
+        print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
+
+
+def _progress_of(recorder: TaskRunRecorder | None) -> Progress:
+    if recorder is None:
+        return Progress(ended=True)
+    return Progress(expected=recorder.expected, recorded=recorder.recorded, lost=recorder.lost,
+                    logs_dropped=recorder.logs_dropped, ended=recorder.ended,
+                    notes=list(recorder.notes))
+
+
+def _url(flow_run_id: str) -> str | None:
+    from prefect.settings import get_current_settings
+
+    ui = get_current_settings().ui_url
+    return f"{ui}/runs/flow-run/{flow_run_id}" if ui else None
+
+
+async def _quietly(work: Coroutine[Any, Any, Any], what: str) -> None:
+    try:
+        await work
+    except Exception as exc:
+        logger.warning("could not %s on Prefect: %s", what, " ".join(str(exc).split())[:300])
+
+
+def _hold_while_full(service: Service) -> None:
+    """Read no more while the events waiting here are over their bound: the experiment's
+    process then waits with its calls (its rows go no faster than the server records)."""
+    while service.buffered() >= MAX_BUFFERED_BYTES:
+        time.sleep(0.05)
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # print() of any library goes to stderr, not into the channel
+    service = Service(answers)
+    loop = _background.loop()
+    loop.call_soon_threadsafe(lambda: setattr(service, "publishing", asyncio.Lock()))
+    source = sys.stdin.buffer
+    while True:
+        try:
+            message = read_frame(source)
+        except EOFError:
+            break
+        if message[0] == "stop":
+            os._exit(0)  # the experiment's process stopped waiting: so do we
+        loop.call_soon_threadsafe(service.take, message)
+        _hold_while_full(service)
+    loop.call_soon_threadsafe(service.orphaned)
+    while service.unfinished() or _background.unfinished():
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""A real HTTP proxy on 127.0.0.1 in front of a real Prefect server, for what a test plays
+with the posts of events: a server slow to take them (held), one that takes them and
+loses them (a restart), one that limits their rate (Prefect Cloud's 429s).
+
+Everything else passes through untouched; the recorder process of the experiment under
+test talks to the gate as to any Prefect API (``PREFECT_API_URL``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
+
+
+@dataclass
+class Limit:
+    """At most ``events`` per ``window`` seconds; past it, 429 with ``Retry-After``."""
+
+    events: int
+    window: float
+    window_start: float = 0.0
+    taken: int = 0
+
+
+@dataclass
+class Gate:
+    """What happens to ``POST /api/events`` (the rest passes)."""
+
+    upstream: str  # the real server's API URL
+    url: str = ""
+    held: bool = False  # answered 503 (down) until released
+    lose_after: int | None = None  # posts after this many are answered 200 and dropped
+    limit: Limit | None = None
+    posts: int = 0
+    forwarded_events: int = 0
+    refusals: list[float] = field(default_factory=list)  # when a 429 was answered
+    after_refusal: list[float] = field(default_factory=list)  # seconds until the next post
+    retry_after: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def release(self) -> None:
+        self.held = False
+
+    def decide(self, events: int) -> tuple[int, dict[str, str]] | None:
+        """The answer for a post of ``events`` events, or None to forward it."""
+        with self._lock:
+            now = time.monotonic()
+            if self.refusals and len(self.after_refusal) < len(self.refusals):
+                self.after_refusal.append(now - self.refusals[-1])
+            self.posts += 1
+            if self.held:
+                return 503, {}
+            if self.lose_after is not None and self.posts > self.lose_after:
+                return 200, {}
+            if self.limit is not None and not self._within_limit(now, events):
+                self.refusals.append(now)
+                return 429, {"Retry-After": f"{self.retry_after:g}"}
+            self.forwarded_events += events
+            return None
+
+    def _within_limit(self, now: float, events: int) -> bool:
+        limit = self.limit
+        assert limit is not None
+        if now - limit.window_start >= limit.window:
+            limit.window_start, limit.taken = now, 0
+        if limit.taken + events > limit.events:
+            self.retry_after = max(1.0, round(limit.window - (now - limit.window_start)))
+            return False
+        limit.taken += events
+        return True
+
+
+def _handler(gate: Gate, client: httpx.Client) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            decided = None
+            if self.command == "POST" and self.path.rstrip("/") == "/api/events":
+                decided = gate.decide(len(json.loads(body or b"[]")))
+            if decided is not None:
+                self._answer(decided[0], decided[1], b"{}")
+                return
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            upstream = client.request(self.command, gate.upstream.removesuffix("/api") + self.path,
+                                      content=body, headers=headers)
+            self._answer(upstream.status_code, {k: v for k, v in upstream.headers.items()
+                                                if k.lower() not in _HOP | {"content-encoding"}},
+                         upstream.content)
+
+        def _answer(self, status: int, headers: dict[str, str], data: bytes) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextlib.contextmanager
+def gate_for(upstream: str) -> Iterator[Gate]:
+    """A gate in front of the Prefect API at ``upstream``, on a free port."""
+    gate = Gate(upstream)
+    with httpx.Client(timeout=60) as client:
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(gate, client))
+        httpd.daemon_threads = True
+        gate.url = f"http://127.0.0.1:{httpd.server_address[1]}/api"
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            yield gate
+        finally:
+            httpd.shutdown()
+            httpd.server_close()

@@ -1,0 +1,94 @@
+"""A server that limits the rate of events (Prefect Cloud answers 429 with Retry-After):
+every record arrives, at the pace it allows, never sooner than it asks; and a user who
+must spare such a server records only the calls that need a look (``record="failures"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect.client.orchestration import get_client
+
+from patronus_tasks import evaluator, run_experiment, task
+
+from .prefect_gate import Limit, gate_for
+from .prefect_servers import api_of
+from .test_recording import _count
+
+ROWS = 100
+
+
+@evaluator
+def short(evaluated_model_output: str) -> bool:
+    return len(evaluated_model_output) < 2
+
+
+@evaluator
+def digits(evaluated_model_output: str) -> bool:
+    return evaluated_model_output.isdigit()
+
+
+def _data(rows: int = ROWS) -> list[dict[str, str]]:
+    return [{"evaluated_model_output": str(i)} for i in range(rows)]
+
+
+def test_a_rate_limited_server_gets_every_record_at_its_pace(
+        prefect_server: str, results_dir: Path) -> None:
+    with gate_for(prefect_server) as gate, api_of(gate.url):
+        gate.limit = Limit(events=60, window=2.0)  # 2 x 100 events: several windows
+        exp = run_experiment("rate-limited", data=_data(), evaluators=[short, digits],
+                             results_dir=results_dir, print_summary=False)
+        told = _told_while_waiting(exp)
+        assert exp.wait_recorded(120)
+    assert _count(exp.manifest["flow_run_id"]) == 2 * ROWS  # each once, none dropped
+    assert gate.refusals and gate.forwarded_events == 2 * ROWS
+    # Never sooner than the server asked (Retry-After: the rest of its window, >= 1 s).
+    assert min(gate.after_refusal) >= 0.95, gate.after_refusal
+    assert "HTTP 429" in told and "events/min" in told and "nothing is dropped" in told
+
+
+def _told_while_waiting(exp: Any, timeout: float = 60) -> str:
+    """What the experiment's process says it waits for, once it mentions the rate limit."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not exp.wait_recorded(0.2):
+        said = exp._recording.describe()
+        if "events/min" in said:  # the pace it allows, once it took some
+            return str(said)
+    return ""
+
+
+@task
+def echo(evaluated_model_output: str) -> str:
+    if evaluated_model_output == "13":
+        raise RuntimeError("unlucky")
+    return evaluated_model_output
+
+
+async def _flow_run(flow_run_id: str) -> tuple[Any, list[Any], list[str]]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return run, runs, [log.message for log in logs]
+
+
+def test_record_failures_only_makes_task_runs_of_what_needs_a_look(
+        prefect_server: str, results_dir: Path) -> None:
+    exp = run_experiment("failures-only", data=_data(20), task=echo, evaluators=[short],
+                         record="failures", results_dir=results_dir, print_summary=False)
+    assert exp.wait_recorded(60)
+    run, runs, logs = asyncio.run(_flow_run(exp.manifest["flow_run_id"]))
+    # 20 rows: "13" errors in its task; of the 19 left, 10 ("0".."9") pass `short`.
+    assert sorted(r.name for r in runs) == sorted(
+        ["echo-14"] + [f"short-{i + 1}" for i in range(10, 20) if i != 13])
+    assert {r.state.name for r in runs} == {"Failed", "Not passed"}
+    assert not any(r.task_inputs.get("wait_for") for r in runs)  # their passing tasks are not there
+    assert "short 52.6% passed (10/19)" in (run.state.message or "")  # the figures count all
+    assert any("10 of 39 calls recorded as task runs" in line for line in logs)
+    assert exp.manifest["prefect"]["task_runs"] == 10
