@@ -2,8 +2,8 @@
 
 Retries, a timeout, a task returning `None`, an error, a chained task reading its parent,
 a gate and `retry_errors` behave the same in-process, on Prefect and on Dask. A script
-without ``if __name__ == "__main__":`` never runs its experiment again in a worker process
-that imports it.
+without ``if __name__ == "__main__":`` runs its experiment once on Dask, and never again in
+a worker process that imports it.
 """
 
 from __future__ import annotations
@@ -145,6 +145,22 @@ def _run_script(tmp_path: Path, text: str, backend: str) -> tuple[Any, list[list
     out = subprocess.run([sys.executable, str(scripts / "plain.py")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     return out, [line.split() for line in log.read_text().splitlines()]
+
+
+@pytest.mark.heavy
+def test_a_script_without_a_main_guard_runs_its_experiment_once_on_dask(
+        prefect_server: str, tmp_path: Path) -> None:
+    # Dask's LocalCluster spawned workers that imported the script again: it ran once more
+    # in each, experiment included, before "Nanny failed to start".
+    out, lines = _run_script(tmp_path, GUARDLESS, "dask")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "passed 6" in out.stdout  # the script's step and its helper ran on the workers
+    runs = [pid for kind, pid, *_ in lines if kind == "script"]
+    calls = [(sid, pid) for kind, sid, *pid in lines if kind == "call"]
+    assert len(runs) == 1  # the script's top level ran once: here, not in the workers
+    assert sorted(sid for sid, _ in calls) == [str(i) for i in range(1, 7)]  # each call once
+    assert not {runs[0]} & {pid[0] for _, pid in calls}  # in worker processes
+    assert [p.name for p in (tmp_path / "results" / "guardless").iterdir()] == ["plain"]
 
 
 def test_no_experiment_starts_in_a_worker_process_importing_the_script(tmp_path: Path) -> None:
