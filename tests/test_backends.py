@@ -1,12 +1,17 @@
 """One experiment on every backend: the same results, and on Prefect the same task runs.
 
 Retries, a timeout, a task returning `None`, an error, a chained task reading its parent,
-a gate and `retry_errors` behave the same in-process, on Prefect and on Dask.
+a gate and `retry_errors` behave the same in-process, on Prefect and on Dask. A script
+without ``if __name__ == "__main__":`` runs its experiment once on Dask, and never again in
+a worker process that imports it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +97,86 @@ def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
     df = frames["local"]
     assert df.loc[df.sid == "4", "status"].tolist() == ["skipped"]
     assert df.loc[df.sid == "3", "error_type"].tolist() == ["ValueError"]
+
+
+#: A plain script as users write it: steps at module level, the experiment at top level
+#: (no `if __name__ == "__main__":`), a helper from a module beside it. Each run of the
+#: script's top level and each model call appends a line to CALLS_LOG.
+GUARDLESS = """
+import os
+from pathlib import Path
+
+from helpers import shout
+from patronus_tasks import Row, TaskResult, evaluator, run_experiment, task
+
+LOG = Path(os.environ["CALLS_LOG"])
+with LOG.open("a") as f:
+    f.write(f"script {os.getpid()}\\n")
+
+
+@task
+def answer(row: Row) -> str:
+    with LOG.open("a") as f:
+        f.write(f"call {row.sid} {os.getpid()}\\n")
+    return shout(row.text)
+
+
+@evaluator
+def loud(task_result: TaskResult) -> bool:
+    return task_result.evaluated_model_output.isupper()
+
+
+exp = run_experiment("guardless", data=[{"text": f"t{i}"} for i in range(6)], task=answer,
+                     evaluators=[loud], experiment_name="plain", backend=os.environ["BACKEND"],
+                     results_dir=os.environ["RESULTS"], print_summary=False)
+print("passed", int(exp.to_dataframe()["pass"].sum()))
+"""
+
+
+def _run_script(tmp_path: Path, text: str, backend: str) -> tuple[Any, list[list[str]]]:
+    """Run ``text`` as ``scripts/plain.py`` from another folder; its output and log lines."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "plain.py").write_text(text)
+    (scripts / "helpers.py").write_text("def shout(text):\n    return text.upper()\n")
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "CALLS_LOG": str(log), "RESULTS": str(tmp_path / "results"),
+           "BACKEND": backend}
+    out = subprocess.run([sys.executable, str(scripts / "plain.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    return out, [line.split() for line in log.read_text().splitlines()]
+
+
+@pytest.mark.heavy
+def test_a_script_without_a_main_guard_runs_its_experiment_once_on_dask(
+        prefect_server: str, tmp_path: Path) -> None:
+    # Dask's LocalCluster spawned workers that imported the script again: it ran once more
+    # in each, experiment included, before "Nanny failed to start".
+    out, lines = _run_script(tmp_path, GUARDLESS, "dask")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "passed 6" in out.stdout  # the script's step and its helper ran on the workers
+    runs = [pid for kind, pid, *_ in lines if kind == "script"]
+    calls = [(sid, pid) for kind, sid, *pid in lines if kind == "call"]
+    assert len(runs) == 1  # the script's top level ran once: here, not in the workers
+    assert sorted(sid for sid, _ in calls) == [str(i) for i in range(1, 7)]  # each call once
+    assert not {runs[0]} & {pid[0] for _, pid in calls}  # in worker processes
+    assert [p.name for p in (tmp_path / "results" / "guardless").iterdir()] == ["plain"]
+
+
+def test_no_experiment_starts_in_a_worker_process_importing_the_script(tmp_path: Path) -> None:
+    """What a worker that multiprocessing spawns (as Dask's `LocalCluster` does for a cluster
+    of one's own) does with a script without the guard: it stops at a `ConfigError` saying
+    what to add, before its experiment starts again."""
+    spawns = GUARDLESS + (
+        "import multiprocessing\n"
+        "worker = multiprocessing.get_context('spawn').Process(target=os.getpid)\n"
+        "worker.start()\nworker.join()\nprint('worker exit code', worker.exitcode)\n")
+    out, lines = _run_script(tmp_path, spawns, "local")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "passed 6" in out.stdout and "worker exit code 1" in out.stdout
+    assert "ConfigError: an experiment was started while a worker process imports" in out.stderr
+    assert 'under `if __name__ == "__main__":` in that script' in out.stderr
+    kinds = [kind for kind, *_ in lines]
+    assert kinds.count("script") == 2  # the worker's import of the script stopped at the call
+    assert kinds.count("call") == 6  # the first run's calls only
+    assert [p.name for p in (tmp_path / "results" / "guardless").iterdir()] == ["plain"]

@@ -52,8 +52,11 @@ def make_task_runner(task_runner: Any, address: str | None) -> Any:
                           "'patronus-tasks[dask]'") from None
     if address:
         return DaskTaskRunner(address=address)
-    return DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1,
-                                          "processes": True, "dashboard_address": None})
+    from patronus_tasks.integrations.dask_cluster import local_cluster
+
+    # Not `LocalCluster`: its workers import the user's script again (see dask_cluster).
+    return DaskTaskRunner(cluster_class=local_cluster,
+                          cluster_kwargs={"n_workers": 2, "threads_per_worker": 1})
 
 
 @dataclass

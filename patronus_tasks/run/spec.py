@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,9 +189,30 @@ def _check_batches(backend: Any) -> None:
             "private to this process.")
 
 
+def _check_not_a_worker_import() -> None:
+    """No experiment starts while a new worker process imports the user's script again.
+
+    Multiprocessing's ``spawn`` (Dask's `LocalCluster`, process pools) runs the parent's
+    ``__main__`` once more in each worker, under the name ``__mp_main__``, before the
+    worker does anything: there, a script's top-level experiment would be a second one,
+    its model calls paid again. ``_inheriting`` is how multiprocessing itself tells that
+    phase (its "bootstrapping phase" error)."""
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "your script"
+    raise ConfigError(
+        f"an experiment was started while a worker process imports {script} again: "
+        "multiprocessing's spawn (Dask's LocalCluster, DaskTaskRunner() without an address, "
+        "process pools) runs a script's top-level code once more in every worker, so it would "
+        "run a second time, its model calls paid again. Start experiments under "
+        "`if __name__ == \"__main__\":` in that script (see the README's Dask section); "
+        "backend='dask' without a cluster of your own needs no guard.")
+
+
 def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
+    _check_not_a_worker_import()
     if not project_name or not isinstance(project_name, str):
         raise ConfigError("project_name must be a non-empty string.")
     o = resolved(options)
