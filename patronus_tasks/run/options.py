@@ -46,6 +46,8 @@ class ExperimentOptions(TypedDict, total=False):
     fail_on_regression: bool  # fail when the series' previous run did significantly better
     dataset: DataInput | None  # the Patronus SDK's name of ``data=``
     reporters: Sequence[Any] | None  # `observers.Reporter`s: results sent elsewhere too
+    # Write report.html (charts, figures, every record) beside the results, after them.
+    html_report: bool
 
 
 class RunOptions(ExperimentOptions, total=False):
@@ -60,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "max_concurrency": 10, "results_dir": None, "backend": "prefect", "resume": False,
     "retry_errors": False, "experiment_id": None, "fail_on_error": None,
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
-    "fail_on_regression": False, "dataset": None, "reporters": None,
+    "fail_on_regression": False, "dataset": None, "reporters": None, "html_report": True,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

@@ -15,6 +15,7 @@ from patronus_tasks.integrations.prefect import runs as _prefect
 from patronus_tasks.integrations.prefect import series as _series
 from patronus_tasks.integrations.prefect import server_hook as _server_hook
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
+from patronus_tasks.integrations.prefect.charts import publish_charts
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -71,7 +72,8 @@ async def _publish(spec: ExperimentSpec, title: str) -> tuple[Experiment, Summar
     experiment = Experiment(spec.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
-    await _artifacts.publish(_series_key(spec), title, summary, df, experiment.results_path)
+    await _artifacts.publish(_series_key(spec), title, summary, df, experiment.results_path,
+                             experiment)
     return experiment, summary
 
 
@@ -85,8 +87,10 @@ async def _verdict(spec: ExperimentSpec, title: str, log: Any) -> State:
     previous = await _series.previous_run(_series_key(spec))  # before ours is published
     experiment, summary = await _publish(spec, title)
     comparison = await _series.publish_comparison(_series_key(spec), title, previous, experiment)
-    await _series.publish_history(_series_key(spec),
-                                  _series.history_row(experiment, summary, comparison))
+    history = await _series.publish_history(_series_key(spec),
+                                            _series.history_row(experiment, summary, comparison))
+    await publish_charts(_series_key(spec), title, experiment, summary, comparison, history,
+                         spec.html_report)  # the report file, the charts, the parent's figures
     failures = gate_failures(spec, experiment, summary)
     if spec.fail_on_regression:
         failures += _series.regression_failures(comparison)
