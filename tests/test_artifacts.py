@@ -41,7 +41,7 @@ def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: P
     runs = [run_experiment("UI Project", data=data, task=maybe, evaluators=[short],
                            experiment_name=name, results_dir=results_dir,
                            print_summary=False) for name in ("Nightly Eval", None)]
-    kinds = ["summary", "report", "results", "progress", "vs-previous"]
+    kinds = ["summary", "report", "results", "progress", "vs-previous", "charts"]
     keys = [artifact_key("UI Project", k) for k in kinds]  # run on its own: the project's
     assert keys[0] == "ui-project-summary"
     found = asyncio.run(_artifacts(keys))
