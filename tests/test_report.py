@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
 from patronus_tasks.cli import app
 from patronus_tasks.report import REPORT_FILE
+from patronus_tasks.report.rows import unpacked
 
 from .chromium import Browser, chromium_or_skip
 
@@ -165,9 +166,9 @@ def test_nothing_in_the_data_ends_the_page_early(results_dir: Path, bad: str) ->
                          task=answer_as_is, backend="local", results_dir=results_dir,
                          print_summary=False)
     html = (exp.path / REPORT_FILE).read_text()
-    data = html.split('<script id="report-data" type="application/json">')[1]
+    data = html.split('<script id="report-data" type="application/gzip;base64">')[1]
     assert "</script>" in data and bad not in data.split("</script>")[0]
-    assert bad in json.dumps(json.loads(data.split("</script>")[0])["strings"], ensure_ascii=False)
+    assert bad in unpacked(data.split("</script>")[0])["strings"]
 
 
 @task

@@ -18,7 +18,7 @@ import pandas as pd
 
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.report import charts
-from patronus_tasks.report.rows import counted_columns, embedded_json, table_data
+from patronus_tasks.report.rows import counted_columns, packed, table_data
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -172,5 +172,5 @@ def render(r: ReportInput) -> str:
     title = f"{r.experiment.project}/{r.experiment.name}"
     return (template.replace("__TITLE__", esc(title)).replace("__HEADER__", header(r))
             .replace("__SECTIONS__", sections)
-            .replace("/*DATA*/", embedded_json(table_data(r.df, dataset))))
+            .replace("/*DATA*/", packed(table_data(r.df, dataset))))
 
