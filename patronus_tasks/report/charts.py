@@ -276,3 +276,15 @@ def _history_axes(ax: Any, nights: Sequence[Night]) -> None:
                  fontsize=11, loc="left")
     _style(ax)
 
+
+
+def draw(name: str, summary: Summary, df: pd.DataFrame,
+         comparison: Comparison | None = None) -> bytes | None:
+    """One of a run's charts by name: ``rates``, ``scores`` or ``comparison``."""
+    if name == "rates":
+        return rates_chart(bars(summary, df))
+    if name == "scores":
+        return scores_chart(df, summary)
+    if name == "comparison":
+        return comparison_chart(comparison) if comparison is not None else None
+    raise ValueError(f"no chart {name!r}: rates, scores or comparison")

@@ -37,6 +37,15 @@ class ReportInput:
     df: pd.DataFrame
     summary: Summary
     comparison: Comparison | None = None
+    #: Charts drawn already (`charts.drawn`), so a run draws each once.
+    drawn: dict[str, bytes | None] | None = None
+
+    def chart(self, name: str) -> bytes | None:
+        drawn = self.drawn if self.drawn is not None else {}
+        if name not in drawn:
+            drawn[name] = charts.draw(name, self.summary, self.df, self.comparison)
+        self.drawn = drawn
+        return drawn[name]
 
 
 def esc(value: Any) -> str:
@@ -112,8 +121,8 @@ def counted_section(df: pd.DataFrame) -> str:
 
 
 def charts_section(r: ReportInput) -> str:
-    pictures = [image(charts.rates_chart(charts.bars(r.summary, r.df)), "pass rate per evaluator"),
-                image(charts.scores_chart(r.df, r.summary), "score distribution per evaluator")]
+    pictures = [image(r.chart("rates"), "pass rate per evaluator"),
+                image(r.chart("scores"), "score distribution per evaluator")]
     shown = "".join(p for p in pictures if p)
     return f'<h2>Charts</h2><section class="card charts">{shown}</section>' if shown else ""
 
@@ -158,7 +167,8 @@ def comparison_section(r: ReportInput) -> str:
         * bool(e.improved) for e in c.evaluators)
     note = (f"<p class=note>Against <b>{esc(c.a)}</b>: rows paired by sample id; only there: "
             f"{c.only_in_a}, only here: {c.only_in_b}.</p>")
-    chart = image(charts.comparison_chart(c, ALPHA, f"Against {c.a}"), "against the other run")
+    given = (r.drawn or {}).get("comparison")  # a run's: "against the previous run"
+    chart = image(given or charts.comparison_chart(c, ALPHA, f"Against {c.a}"), "against the other run")
     table = _table([_comparison_row(e) for e in c.evaluators])
     return (f'<h2>Against {esc(c.a)}</h2><section class="card charts">{note}{chart}{table}'
             f"{moved}</section>")

@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.client.orchestration import get_client
 
@@ -83,23 +82,23 @@ def links_line(experiment: Experiment, summary: Summary, report: Path | Location
     return " · ".join(parts)
 
 
-def charts_markdown(title: str, experiment: Experiment, summary: Summary, df: pd.DataFrame,
-                    comparison: Comparison | str, history: list[dict[str, Any]],
+def charts_markdown(title: str, experiment: Experiment, summary: Summary,
+                    drawn: dict[str, bytes | None], history: list[dict[str, Any]],
                     report: Path | Location | None) -> str:
     """The ``-charts`` artifact: this run, against the previous one, the series."""
     lines = [f"# {title}: charts", "", links_line(experiment, summary, report), ""]
-    lines += picture(_charts.rates_chart(_charts.bars(summary, df)), "pass rate per evaluator")
-    lines += picture(_charts.scores_chart(df, summary), "score distribution per evaluator")
-    if isinstance(comparison, Comparison):
+    lines += picture(drawn["rates"], "pass rate per evaluator")
+    lines += picture(drawn["scores"], "score distribution per evaluator")
+    if drawn["comparison"] is not None:
         lines += ["## Against the previous run", ""]
-        lines += picture(_charts.comparison_chart(comparison), "against the previous run")
+        lines += picture(drawn["comparison"], "against the previous run")
     if len(history) > 1:
         lines += ["## The series, run by run", ""]
         lines += picture(_charts.history_chart(nights(history)), "the series run by run")
     return "\n".join(lines)
 
 
-def parent_markdown(title: str, experiment: Experiment, summary: Summary, df: pd.DataFrame,
+def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates: bytes | None,
                     report: Path | Location | None) -> str:
     """What the experiment's parent flow run shows of it: figures, chart, links."""
     flow_run_id = experiment.manifest.get("flow_run_id")
@@ -110,7 +109,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, df: pd
     return "\n".join([f"# {title}", "", summary.headline(), "",
                       f"[The experiment's flow run]({_links.flow_run(str(flow_run_id))}) · "
                       + links_line(experiment, summary, report), "", *markdown_table(rows), "",
-                      *picture(_charts.rates_chart(_charts.bars(summary, df)), "pass rates")])
+                      *picture(rates, "pass rates")])
 
 
 async def parent_flow_run(flow_run_id: str | None) -> str | None:
@@ -142,12 +141,15 @@ async def publish_to_parent(parent: str, title: str, summary: Summary, markdown:
 
 def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
           history: list[dict[str, Any]], html_report: bool) -> tuple[str, str, Any]:
-    """The report file and both markdowns (CPU work: run off the event loop)."""
-    report = report_after_run(experiment, comparison if isinstance(comparison, Comparison)
-                              else None) if html_report else None
+    """The report file and both markdowns, each chart drawn once (CPU work: run off the
+    event loop)."""
+    compared = comparison if isinstance(comparison, Comparison) else None
     df = experiment.to_dataframe(SUMMARY_COLUMNS)
-    return (charts_markdown(title, experiment, summary, df, comparison, history, report),
-            parent_markdown(title, experiment, summary, df, report), report)
+    drawn = {name: _charts.draw(name, summary, df, compared)
+             for name in ("rates", "scores", "comparison")}
+    report = report_after_run(experiment, compared, drawn) if html_report else None
+    return (charts_markdown(title, experiment, summary, drawn, history, report),
+            parent_markdown(title, experiment, summary, drawn["rates"], report), report)
 
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
