@@ -174,3 +174,13 @@ def test_nothing_in_the_data_ends_the_page_early(results_dir: Path, bad: str) ->
 @task
 def answer_as_is(evaluated_model_input: str) -> str:
     return evaluated_model_input
+
+
+def test_charts_draw_at_none_and_all_passed() -> None:
+    from patronus_tasks.report import charts
+
+    for passed, n in ((0, 7), (7, 7), (0, 1), (3, 7)):
+        low, high = charts.wilson(passed, n)
+        assert 0 <= low <= passed / n <= high <= 1
+        png = charts.rates_chart([charts.Bar("e", passed / n, low, high, f"{passed}/{n}")])
+        assert png is not None and png[:4] == b"\x89PNG"

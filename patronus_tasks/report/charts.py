@@ -122,7 +122,8 @@ def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95%
     colours = [PASS if b.is_rate else NEUTRAL for b in items]
     ax.barh(ys, [b.value for b in items], color=colours, height=0.6)
     ax.errorbar([b.value for b in items], ys, fmt="none", ecolor="#264653", capsize=3,
-                xerr=[[b.value - b.low for b in items], [b.high - b.value for b in items]])
+                xerr=[[max(0.0, b.value - b.low) for b in items],  # floats: 1 - 0.9999...
+                      [max(0.0, b.high - b.value) for b in items]])
     for y, b in zip(ys, items, strict=True):
         ax.text(1.02, y, b.text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
     ax.set_yticks(ys, [b.label for b in items])

@@ -157,8 +157,12 @@ async def publish_charts(series: str, title: str, experiment: Experiment, summar
                          html_report: bool = True) -> Path | Location | None:
     """Write the HTML report (unless ``html_report`` is False), publish ``<series>-charts``
     and the figures on the parent flow run; return where the report is."""
-    charts_md, parent_md, report = await asyncio.to_thread(
-        _make, title, experiment, summary, comparison, history, html_report)
+    try:
+        charts_md, parent_md, report = await asyncio.to_thread(
+            _make, title, experiment, summary, comparison, history, html_report)
+    except Exception as exc:  # pictures are extras: the run and its results stand
+        logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
+        return None
     await acreate_markdown_artifact(charts_md, key=artifact_key(series, "charts"),
                                     description=f"{title}: {summary.headline()}")
     parent = await parent_flow_run(experiment.manifest.get("flow_run_id"))
