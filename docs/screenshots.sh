@@ -2,8 +2,8 @@
 # Take the README's Prefect UI screenshots again: a `server up` stack on port 4310 (its
 # state in a scratch folder), two runs of the nightly deployment (the second on a copy of
 # the dataset with three wrong queries), then headless Chromium (Debian: apt install
-# chromium) on the experiment's flow run, a task run that did not pass and the comparison
-# artifact.
+# chromium) on the experiment's flow run, a task run that did not pass, the comparison and
+# charts artifacts, the list of the verdicts that did not pass, and the HTML report.
 # Run from the repository's root: docs/screenshots.sh
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
@@ -13,7 +13,7 @@ export PREFECT_HOME="$SCRATCH/prefect" PREFECT_API_URL=http://127.0.0.1:4310/api
 trap '"$PY" -m patronus_tasks server down --home "$SCRATCH/stack"' EXIT
 
 "$PY" - "$SCRATCH" <<'EOF'
-import asyncio, json, sys
+import asyncio, json, re, sys
 from pathlib import Path
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
@@ -37,12 +37,18 @@ async def ids() -> None:
         last = max(runs, key=lambda r: r.created)
         tasks = await client.read_task_runs()
         failed = [t for t in tasks if t.flow_run_id == last.id and t.state.name == "Not passed"]
-        art = [a for a in await client.read_artifacts() if a.flow_run_id == last.id
-               and a.key and a.key.endswith("vs-previous")]
+        art = {a.key.rsplit("-", 1)[-1] if not a.key.endswith("vs-previous") else "vs-previous": a
+               for a in await client.read_artifacts() if a.flow_run_id == last.id and a.key}
+        report = re.search(r"\((file://[^)]*report\.html)\)", art["charts"].data).group(1)
+        findings = re.search(r"\]\((/runs\?tab=task-runs[^)]*)\)", art["charts"].data).group(1)
+        ui = "http://127.0.0.1:4310"
         (scratch / "urls").write_text(
-            f"flow-run 1500,1700 /runs/flow-run/{last.id}\n"
-            f"not-passed 1400,420 /runs/task-run/{failed[0].id}\n"
-            f"vs-previous 1500,1000 /artifacts/artifact/{art[0].id}\n")
+            f"flow-run 1500,1700 {ui}/runs/flow-run/{last.id}\n"
+            f"not-passed 1400,420 {ui}/runs/task-run/{failed[0].id}\n"
+            f"vs-previous 1500,1000 {ui}/artifacts/artifact/{art['vs-previous'].id}\n"
+            f"charts 1500,2300 {ui}/artifacts/artifact/{art['charts'].id}\n"
+            f"findings 1500,800 {ui}{findings}\n"
+            f"report 1500,1900 {report}#verdict=not+passed&row=2\n")
 
 asyncio.run(ids())
 EOF
@@ -51,6 +57,6 @@ sleep 10  # the records and logs catch up
 while read -r name size path; do
   chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
     --hide-scrollbars --window-size="$size" --virtual-time-budget=40000 \
-    --screenshot="docs/$name.png" "http://127.0.0.1:4310$path" 2>/dev/null
+    --screenshot="docs/$name.png" "$path" 2>/dev/null
 done < "$SCRATCH/urls"
 ls -l docs/*.png

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.states import Completed, State
 
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
 from patronus_tasks.prefect import experiment_flow_run_name
@@ -89,13 +90,17 @@ def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> fl
 def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str = "text-to-sql",
                      experiment_name: str | None = None, max_concurrency: int = 8,
                      results_dir: str | None = None,
-                     fail_on_regression: bool = False) -> dict[str, Any]:
-    """Evaluate the dataset's SQL against the gold answers; return the run's manifest.
+                     fail_on_regression: bool = False) -> State:
+    """Evaluate the dataset's SQL against the gold answers; return the run's manifest
+    (the flow run ends Completed with the experiment's figures as its message, so the
+    deployment's runs show them too).
 
     Args:
-        dataset: JSONL or CSV of questions (`question`, `query`, `language`) and gold SQL
-            (`evaluated_model_gold_answer`). A relative path is read from the flow's
-            working directory (a deployment's: the project folder).
+        dataset: JSONL or CSV, a row per question: `sid`, the question
+            (`evaluated_model_input`), the SQL to run (`query`), its `language` (rows
+            not `sql` are skipped) and the gold SQL (`evaluated_model_gold_answer`). A
+            relative path is read from the flow's working directory (a deployment's:
+            the project folder).
         project: Project the experiment belongs to; with the deployment, it names the
             series of nightly runs compared with each other.
         experiment_name: Name of this run's experiment; empty for a new timestamped one
@@ -113,7 +118,7 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, fail_on_regression=fail_on_regression,
     )
-    return experiment.manifest
+    return Completed(message=experiment.summary().headline(), data=experiment.manifest)
 
 
 if __name__ == "__main__":

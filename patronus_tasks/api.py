@@ -35,6 +35,10 @@ async def _run(spec: ExperimentSpec) -> Experiment:
         return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
     await execute(spec, LocalStepRunner())
     experiment = Experiment(spec.out_dir)
+    if spec.html_report:  # after the results: a report that fails is only a warning
+        from patronus_tasks.report.build import report_after_run
+
+        report_after_run(experiment)
     failures = gate_failures(spec, experiment)
     if failures:
         raise QualityGateError(failures, experiment)
@@ -131,7 +135,8 @@ def run_experiment(project_name: str, *, data: DataInput | None = None,
     ``experiment_name``, ``max_concurrency`` (default 10), ``results_dir``, ``backend``,
     ``resume``, ``retry_errors``, ``experiment_id``, ``fail_on_error``,
     ``min_pass_rates``, ``dask_address``, ``dataset`` (the Patronus SDK's name of
-    ``data``), ``reporters``, ``print_summary`` (default True), ``display_hist`` (score
+    ``data``), ``reporters``, ``html_report`` (``report.html`` beside the results,
+    default True), ``print_summary`` (default True), ``display_hist`` (score
     histograms in that summary, default True)) are declared once in
     `patronus_tasks.run.options`; an unknown one is a `ConfigError`.
     """

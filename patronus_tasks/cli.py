@@ -1,4 +1,5 @@
-"""The ``patronus-tasks`` command line: run, list, show, compare and export experiments.
+"""The ``patronus-tasks`` command line: run, list, show, compare, export and report
+experiments.
 
 Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
 ``--fail-on-regression``); 2 a usage error (bad arguments, unknown experiment, bad file).
@@ -28,7 +29,7 @@ from patronus_tasks.run.observers import Observers, observing
 from patronus_tasks.run.spec import ExperimentSpec
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
-app = typer.Typer(help="Run, list, show, compare and export patronus-tasks experiments.",
+app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 err = Console(stderr=True)
 # A str, not a Path: a Path would fold the "//" of an object-store URL (s3://bucket/...).
@@ -231,6 +232,28 @@ def export(experiment: str,
         sys.stdout.write(text or "")
     else:
         output.write_text(text or "", encoding="utf-8")
+
+
+@app.command()
+def report(experiment: str,
+           output: Annotated[str | None, typer.Option(
+               "--output", "-o", help="Where to write it (default: report.html beside the "
+               "results; with --against, report-vs-<B>.html there).")] = None,
+           against: Annotated[str | None, typer.Option(
+               "--against", help="Another run (the baseline), compared row by row.")] = None,
+           results_dir: ResultsDir = None) -> None:
+    """Write an experiment's HTML report: one self-contained page (charts, figures, every
+    record to sort, filter and open); --against B adds the comparison with B."""
+    from patronus_tasks.report import REPORT_FILE, write_report
+
+    e = _load(experiment, results_dir)
+    baseline = _load(against, results_dir) if against else None
+    name = REPORT_FILE if baseline is None else f"report-vs-{baseline.location.name}.html"
+    try:
+        where = write_report(e, baseline, output if output else e.location / name)
+    except OSError as exc:
+        raise _usage(f"could not write the report: {exc}") from None
+    typer.echo(str(where))
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: P
                            experiment_name=name, results_dir=results_dir,
                            print_summary=False) for name in ("Nightly Eval", None)]
     assert all(r.wait_recorded(60) for r in runs)  # artifacts follow the results
-    kinds = ["summary", "report", "results", "progress", "vs-previous"]
+    kinds = ["summary", "report", "results", "progress", "vs-previous", "charts"]
     keys = [artifact_key("UI Project", k) for k in kinds]  # run on its own: the project's
     assert keys[0] == "ui-project-summary"
     found = asyncio.run(_artifacts(keys))

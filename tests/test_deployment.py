@@ -89,13 +89,16 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     assert child.name.startswith("deployed @ ") and child.state.type.value == "COMPLETED"
     assert task_runs == 12 + 9 * 2  # every row's task, and both evaluators of 9 rows
     keys = {a.key for a in artifacts}  # one series: the deployment's, whatever the name
-    series = "text-to-sql-eval-text-to-sql-nightly-text-to-sql"
+    series = "text-to-sql-nightly"  # the deployment's name says it all: a short key
     assert keys == {f"{series}-{k}" for k in ("summary", "report", "results", "progress",
-                                               "vs-previous", "history")}
+                                               "vs-previous", "history", "charts")}
+    # The deployment's own flow run carries the figures: its state's message.
+    assert parent.state.message.startswith("12 rows: result_matches_gold 66.7% passed (6/9)")
     assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
     assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"
     path = results / "text-to-sql" / "deployed" / "results.parquet"
     assert pq.read_table(path).num_rows == 12 - 3 + 9 * 2 - 9 + 3
+    assert (path.parent / "report.html").is_file()
     manifest = json.loads((path.parent / "manifest.json").read_text())
     assert manifest["flow_run_id"] == str(child.id)
 

@@ -86,7 +86,8 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
     exp = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
                          experiment_name="first", backend="local", results_dir=url,
                          print_summary=False)
-    assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/results.parquet"]
+    assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/report.html",
+                                 "s3_project/first/results.parquet"]  # the report an object too
     assert str(exp.results_path) == _url(s3, f"{prefix}/s3_project/first/results.parquet")
     assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 12
     assert exp.to_dataframe()["pass"].all() and len(exp.to_dataframe()) == 12
@@ -172,6 +173,7 @@ def test_resume_from_s3_after_sigkill(s3: str) -> None:
     assert all(counting.seen[q] == 1 for q in done_before)  # never asked twice
     assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 30
     assert _keys(s3, prefix) == ["resumable/long-run/manifest.json",
+                                 "resumable/long-run/report.html",
                                  "resumable/long-run/results.parquet"]
 
 
@@ -272,7 +274,7 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
 
     report = asyncio.run(compared())
     assert "Previous run: `nightly`" in report and f"`{target}`" in report
-    assert "| ok | 4 | 100.0% | 100.0% |" in report
+    assert "| ok | 4 | 100.0% → 100.0% |" in report
 
 
 @pytest.mark.heavy
@@ -293,7 +295,8 @@ def test_rows_on_two_dask_worker_processes_write_their_parts_to_s3(
     assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 41)] and df["pass"].all()
     pids = {json.loads(m)["pid"] for m in df["task_metadata"]}
     assert len(pids) >= 2 and len(exp.manifest["worker_pids"]) >= 2
-    assert _keys(s3, prefix) == ["dask/spread/manifest.json", "dask/spread/results.parquet"]
+    assert _keys(s3, prefix) == ["dask/spread/manifest.json", "dask/spread/report.html",
+                                 "dask/spread/results.parquet"]
     assert exp.wait_recorded(60)
     names = asyncio.run(_task_run_names(exp.manifest["flow_run_id"]))
     assert {f"where-{i}" for i in range(1, 41)} <= names

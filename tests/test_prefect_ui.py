@@ -5,7 +5,9 @@ and a series of runs comparing each with the previous one."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
+    ArtifactFilterFlowRunId,
     ArtifactFilterKey,
     FlowRunFilter,
     FlowRunFilterId,
@@ -116,9 +119,14 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     # A failed verdict or an error logs its whole story on its task run; a pass, nothing.
     logs_of = asyncio.run(_task_logs([r.id for r in runs.values()]))
     assert logs_of[str(runs["matches-q02"].id)] == [f"Not passed (score 0): {LONG}"]
-    assert logs_of[str(runs["matches-q04"].id)] == [
-        "Finished in state Failed: RuntimeError: judge unavailable"]
+    assert logs_of[str(runs["matches-q04"].id)] == [  # a warning: the run goes on
+        "evaluator failed on this row: RuntimeError: judge unavailable (recorded as the "
+        "row's error; the experiment goes on)"]
     assert str(runs["matches-q01"].id) not in logs_of
+    # A verdict that did not pass carries a tag of its own (the UI's tag filter lists it).
+    verdict_tags = {n: sorted(set(r.tags) - {"project:ui-verdicts", "experiment:v1", "suite:ui"})
+                    for n, r in runs.items()}
+    assert verdict_tags == {n: ["verdict:not-passed"] if n == "matches-q02" else [] for n in runs}
     # Inputs: the sample id and the fields received, never the runner's internals.
     assert _shown(runs["matches-q02"]) == {
         "sid": "q02", "evaluated_model_output": "b", "evaluated_model_gold_answer": "B",
@@ -193,13 +201,18 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert expected.pass_diff == pytest.approx(-0.4)
     assert (expected.mcnemar_b, expected.mcnemar_c) == (8, 0)
     table = compared[2].data
-    assert f"| right | 20 | 95.0% | 55.0% | {expected.pass_diff:+.1%} |" in table
     lo, hi = expected.pass_diff_ci
-    assert f"[{lo:+.1%}, {hi:+.1%}] | {expected.mcnemar_p:.3g} |" in table
-    assert "| 8 | 0 | yes |" in table  # regressed rows, improved rows, significant
-    assert "`s01`, `s02`" in table and "`s00`" not in table  # s00 was wrong both times
+    assert (f"| right | 20 | 95.0% → 55.0% | {expected.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}] "
+            f"| {expected.mcnemar_p:.3g} | 8 / 0 | yes |") in table  # worse / better, regressed
+    previous = f"([its flow run](/runs/flow-run/{second['flow_run_id']}))"
+    assert previous in table  # the previous run, a link the UI opens
+    regressed = re.findall(r"\[?`(s\d\d)`\]?(\(/runs/task-run/[0-9a-f-]+\))?",
+                           table.split("regressed on:")[1])
+    assert [sid for sid, _ in regressed] == [f"s{i:02d}" for i in range(1, 9)]  # s00: wrong both times
     assert "-5.0%" in compared[1].data and "| no |" in compared[1].data  # not significant
     asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
+    _assert_charts(series, third, nights=3)
+    asyncio.run(_assert_parent_figures(third))
     # The history: one table, the series' runs newest first (the UI lists a key's
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
@@ -207,6 +220,42 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
         (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", ""),
         (Experiment(first["path"]).name, "100.0%", "")]
+
+
+def _pictures(markdown: str) -> list[tuple[str, bytes]]:
+    return [(alt, base64.b64decode(data)) for alt, data
+            in re.findall(r"!\[([^\]]*)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", markdown)]
+
+
+def _assert_charts(series: str, exp: Any, nights: int) -> None:
+    """The run's -charts artifact: every chart a PNG inside the markdown, the links, and the
+    HTML report it links to written beside the results."""
+    charts = max(asyncio.run(_artifacts(series, "charts")), key=lambda a: a.created)
+    assert str(charts.flow_run_id) == exp.manifest["flow_run_id"]
+    pictures = _pictures(charts.data)
+    assert [alt for alt, _ in pictures] == [
+        "pass rate per evaluator", "score distribution per evaluator",
+        "against the previous run", "the series run by run"]
+    assert all(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000 for _, png in pictures)
+    assert "[9 verdicts did not pass](/runs?tab=task-runs&tag=verdict%3Anot-passed" in charts.data
+    report = exp.path / "report.html"
+    assert report.is_file() and f"({report.resolve().as_uri()})" in charts.data
+    assert len(asyncio.run(_artifacts(series, "history"))) == nights
+
+
+async def _assert_parent_figures(exp: Any) -> None:
+    """The flow run that called the experiment shows its figures: an artifact, log lines."""
+    async with get_client() as client:
+        child = await client.read_flow_run(exp.manifest["flow_run_id"])
+        parent = (await client.read_task_run(child.parent_task_run_id)).flow_run_id
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[parent])))
+        logs = [log.message for log in await client.read_logs(
+            LogFilter(flow_run_id=LogFilterFlowRunId(any_=[parent])))]
+    ours = [a for a in found if a.type == "markdown"]  # (Prefect keeps the failure's result too)
+    assert len(ours) == 1 and "right 55.0% passed (11/20)" in ours[0].data
+    assert f"/runs/flow-run/{child.id}" in ours[0].data and len(_pictures(ours[0].data)) == 1
+    assert f"ui-series/{exp.name}: right 55.0% passed (11/20)" in logs
 
 
 async def _assert_failed(flow_run_id: str) -> None:

@@ -49,6 +49,8 @@ class ExperimentOptions(TypedDict, total=False):
     # Which calls become Prefect task runs: "all", or "failures" (errors and verdicts that
     # did not pass; the rest counted in the figures): for a server that limits the rate.
     record: str
+    # Write report.html (charts, figures, every record) beside the results, after them.
+    html_report: bool
 
 
 class RunOptions(ExperimentOptions, total=False):
@@ -64,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "retry_errors": False, "experiment_id": None, "fail_on_error": None,
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
     "fail_on_regression": False, "dataset": None, "reporters": None, "record": "all",
+    "html_report": True,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

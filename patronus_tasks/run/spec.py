@@ -58,6 +58,7 @@ class ExperimentSpec:
     fail_on_regression: bool = False
     reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
+    html_report: bool = True  # report.html beside the results, written after them
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -240,7 +241,8 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
                           fail_on_regression=bool(o["fail_on_regression"]),
-                          reporters=tuple(o["reporters"] or ()), record=o["record"])
+                          reporters=tuple(o["reporters"] or ()), record=o["record"],
+                          html_report=bool(o["html_report"]))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import socket
 import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,12 @@ from prefect.artifacts import (
 )
 from prefect.artifacts import ProgressArtifact as _Progress
 
+from patronus_tasks.integrations.prefect import links as _links
+from patronus_tasks.integrations.prefect.display import NOT_PASSED_TAG
+from patronus_tasks.integrations.prefect.events import namespace_of, task_run_id
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary
 
 FAILURES_SHOWN = 10
@@ -32,10 +38,33 @@ FAILURES_SHOWN = 10
 CELL_CHARS = 120
 
 
+#: Characters of a key's series part: the UI lists keys in a narrow column.
+KEY_CHARS = 40
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def series_slug(series: str) -> str:
+    """The series as a short key: of ``<flow>/<deployment>/<project>`` the deployment and
+    project (a deployment names its flow's runs), a part another one contains left out
+    (``text-to-sql-nightly/text-to-sql`` is ``text-to-sql-nightly``), at most
+    `KEY_CHARS` characters. Two series that shorten alike are still told apart by the
+    full series each results link carries (`series.previous_run`)."""
+    parts = [_slug(p) for p in series.split("/")]
+    parts = parts[1:] if len(parts) == 3 else parts
+    kept = [p for i, p in enumerate(parts) if p and not any(
+        p in q and (p != q or j < i) for j, q in enumerate(parts) if j != i)]
+    slug = "-".join(kept)
+    if len(slug) > KEY_CHARS:
+        slug = slug[:KEY_CHARS].rsplit("-", 1)[0] if "-" in slug[:KEY_CHARS] else slug[:KEY_CHARS]
+    return slug.strip("-") or "experiment"
+
+
 def artifact_key(series: str, kind: str) -> str:
     """``<series>-<kind>`` in the lowercase-and-dashes form Prefect requires."""
-    slug = re.sub(r"[^a-z0-9]+", "-", series.lower()).strip("-")
-    return f"{slug[:80].strip('-') or 'experiment'}-{kind}"
+    return f"{series_slug(series)}-{kind}"
 
 
 def pct(value: float | None, signed: bool = False) -> str:
@@ -89,28 +118,65 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
 REPORT_COLUMNS = (*SUMMARY_COLUMNS, "error_type", "error_message", "explanation")
 
 
-def _failure_lines(df: pd.DataFrame) -> list[str]:
-    errors = df[df["status"] == STATUS_ERROR].head(FAILURES_SHOWN)
-    failed = df[(df["status"] != STATUS_ERROR) & (df["pass"] == False)].head(FAILURES_SHOWN)  # noqa: E712
-    lines = []
+def _errors(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == STATUS_ERROR].head(FAILURES_SHOWN)
+
+
+def _failed(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] != STATUS_ERROR) & (df["pass"] == False)].head(FAILURES_SHOWN)  # noqa: E712
+
+
+def _step(r: Any) -> str:
+    return str(r.evaluator_name if r.error_stage == "evaluator" else r.task_name)
+
+
+def shown_task_runs(df: pd.DataFrame) -> list[str]:
+    """The task-run names of the calls the report lists (its sample ids link to them)."""
+    return ([_links.run_name(_step(r), r.sid, r.link_index) for r in _errors(df).itertuples()]
+            + [_links.run_name(r.evaluator_name, r.sid, r.link_index)
+               for r in _failed(df).itertuples()])
+
+
+def sid_cell(sid: str, step: str, link_index: int, ids: dict[str, str]) -> str:
+    """A sample id, a link to its call's task run when the server holds it."""
+    found = ids.get(_links.run_name(step, sid, link_index))
+    text = str(sid).replace("[", "\\[").replace("]", "\\]")
+    return f"[{text}]({_links.task_run(found)})" if found else text
+
+
+def _failure_lines(df: pd.DataFrame, ids: dict[str, str]) -> list[str]:
+    errors, failed, lines = _errors(df), _failed(df), []
     if len(errors):
-        rows = [{"sid": r.sid, "link": r.link_index,
-                 "step": r.evaluator_name if r.error_stage == "evaluator" else r.task_name,
-                 "error": r.error_type, "message": r.error_message} for r in errors.itertuples()]
+        rows = [{"sid": sid_cell(r.sid, _step(r), r.link_index, ids), "link": r.link_index,
+                 "step": _step(r), "error": r.error_type, "message": r.error_message}
+                for r in errors.itertuples()]
         lines += ["", "## First errors", "", *markdown_table(rows)]
     if len(failed):
-        rows = [{"sid": r.sid, "link": r.link_index, "evaluator": r.evaluator_name,
+        rows = [{"sid": sid_cell(r.sid, r.evaluator_name, r.link_index, ids),
+                 "link": r.link_index, "evaluator": r.evaluator_name,
                  "score": r.score, "explanation": r.explanation} for r in failed.itertuples()]
         lines += ["", "## First failed evaluations", "", *markdown_table(rows)]
     return lines
 
 
-def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str) -> str:
-    """The summary as a table, then the first errors and failed evaluations."""
+def _lists(experiment: Experiment | None) -> list[str]:
+    if experiment is None:
+        return []
+    return ["", f"In the UI: [the verdicts that did not pass]({_links.findings(experiment)}) · "
+                f"[the errors]({_links.errors(experiment)}) (tag `{NOT_PASSED_TAG}`, "
+                "states Failed and TimedOut; the runs page lists them)."]
+
+
+def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str,
+                    experiment: Experiment | None = None,
+                    ids: dict[str, str] | None = None) -> str:
+    """The summary as a table, links to the lists of findings and errors, then the first
+    errors and failed evaluations (sample ids linking to their task runs: ``ids``)."""
     totals = (f"{summary.samples} rows · task errors {summary.task_errors} · evaluator errors "
               f"{summary.evaluator_errors} · skipped rows {summary.skipped_tasks}")
     return "\n".join([f"# {title}", "", totals, "", *markdown_table(summary_rows(summary)),
-                      "", f"Results: `{where}`", *_failure_lines(df)])
+                      "", f"Results: `{where}`", *_lists(experiment),
+                      *_failure_lines(df, ids or {})])
 
 
 def results_link(location: Path | Location) -> tuple[str, str]:
@@ -123,6 +189,27 @@ def results_link(location: Path | Location) -> tuple[str, str]:
     return target, target
 
 
+def results_description(title: str, series: str) -> str:
+    """The results link's description: it names the whole series, which a shortened key
+    may not tell apart from another (`series.previous_run` checks it)."""
+    return f"{title}: Parquet results (series {series})"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an experiment's artifacts go: its flow run, through ``client``; ``run_key``
+    gives its calls' task-run ids (`events.task_run_id`)."""
+
+    client: Any
+    flow_run_id: str
+    run_key: str
+
+    def ids(self, names: Iterable[str]) -> dict[str, str]:
+        """The task-run ids of the calls named ``names`` (links to them)."""
+        namespace = namespace_of(self.run_key)
+        return {name: task_run_id(namespace, name) for name in names}
+
+
 async def create(artifact: Artifact, client: Any) -> Any:
     """Create ``artifact`` (its ``flow_run_id`` set): the recorder process makes them for
     flow runs whose code runs elsewhere, outside any run context of its own, which Prefect
@@ -133,18 +220,21 @@ async def create(artifact: Artifact, client: Any) -> Any:
 
 
 async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
-                  location: Path | Location, flow_run_id: str, client: Any) -> None:
+                  location: Path | Location, target: Target,
+                  experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = f"{title}: {summary.headline()}"
+    at = {"flow_run_id": target.flow_run_id}
     await create(TableArtifact(table=summary_rows(summary), key=artifact_key(series, "summary"),
-                               description=figures, flow_run_id=flow_run_id), client)
-    await create(MarkdownArtifact(markdown=report_markdown(title, summary, df, str(location)),
-                                  key=artifact_key(series, "report"), description=figures,
-                                  flow_run_id=flow_run_id), client)
-    target, text = results_link(location)
-    await create(LinkArtifact(link=target, link_text=text, key=artifact_key(series, "results"),
-                              description=f"{title}: Parquet results", flow_run_id=flow_run_id),
-                 client)
+                               description=figures, **at), target.client)
+    markdown = report_markdown(title, summary, df, str(location), experiment,
+                               target.ids(shown_task_runs(df)))
+    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "report"),
+                                  description=figures, **at), target.client)
+    link, text = results_link(location)
+    await create(LinkArtifact(link=link, link_text=text, key=artifact_key(series, "results"),
+                              description=results_description(title, series), **at),
+                 target.client)
 
 
 class ProgressArtifact:

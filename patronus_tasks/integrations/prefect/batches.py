@@ -17,6 +17,7 @@ from prefect.states import State
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.integrations.prefect import flowruns, postrun
 from patronus_tasks.integrations.prefect import runs as _runs
+from patronus_tasks.integrations.prefect.artifacts import Target
 from patronus_tasks.integrations.prefect.protocol import ParentRun
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.execute import RunTotals, execute, gate_failures
@@ -43,8 +44,10 @@ async def _body(spec: ExperimentSpec, parent: ParentRun | None) -> State:
     async with get_client() as client:
         series = await flowruns.series_of(client, o.project, o.series, parent)
         failures = gate_failures(spec, Experiment(spec.out_dir))
-        verdict = await postrun.publish(client, flow_run_id, series, o.title, spec.out_dir,
-                                        failures, spec.fail_on_regression)
+        publishing = postrun.Publishing(
+            Target(client, flow_run_id, flow_run_id), series, o.title, spec.out_dir,
+            parent.flow_run_id if parent else None, spec.html_report)
+        verdict = await postrun.publish(publishing, failures, spec.fail_on_regression)
     log = get_run_logger()
     for level, line in verdict.lines:
         log.log(level, "%s", line)

@@ -9,18 +9,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import uuid
 from typing import Any, Protocol
 
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.display import call_inputs, call_log, call_state
-from patronus_tasks.integrations.prefect.events import RUNNING_AFTER, Call, State, now
+from patronus_tasks.integrations.prefect.events import (
+    RUNNING_AFTER,
+    Call,
+    State,
+    namespace_of,
+    now,
+    task_run_id,
+)
 from patronus_tasks.integrations.prefect.protocol import RecordMode
 from patronus_tasks.run.runner import Invocation, LocalStepRunner
 
 
 class CallSink(Protocol):
-    """Where calls go to become task runs."""
+    """Where calls go to become task runs; ``run_key`` names the experiment run their
+    task-run ids derive from (`events.task_run_id`)."""
+
+    run_key: str
 
     def running(self, call: Call, run_count: int) -> None: ...
 
@@ -49,11 +58,13 @@ class RecordingStepRunner(LocalStepRunner):
 
     def __init__(self, sink: CallSink, record: RecordMode = "all") -> None:
         self.sink, self.record = sink, record
+        self.namespace = namespace_of(sink.run_key)
 
     async def run(self, inv: Invocation, upstream: Any) -> None:
         step = inv.step
-        call = Call(str(uuid.uuid4()), inv.run_name, f"{step.kind}-{step.name}", upstream, now(),
-                    step.retries, step.retry_delay_seconds, call_inputs(inv))
+        call = Call(task_run_id(self.namespace, inv.run_name), inv.run_name,
+                    f"{step.kind}-{step.name}", upstream, now(), step.retries,
+                    step.retry_delay_seconds, call_inputs(inv))
         shown = None if self.record != "all" else asyncio.get_running_loop().call_later(
             RUNNING_AFTER, lambda: self.sink.running(call, max(inv.attempts, 1)))
         token = None if shown is None else _steplogs.CURRENT.set((self.sink, call.task_run_id))

@@ -15,6 +15,11 @@ from patronus_tasks.run.runner import Invocation
 SHOWN_CHARS = 160
 #: Row columns shown for a step taking the whole row (the first ones, besides the sid).
 SHOWN_COLUMNS = 12
+#: The tag of a verdict that did not pass. Prefect's UI colours a task run by its state's
+#: type and its state filters offer only Prefect's own state names, so a finding (of the
+#: completed type: not an error) is told apart and listed by this tag, which the UI shows
+#: on the run and its tag filters offer.
+NOT_PASSED_TAG = "verdict:not-passed"
 
 
 def short(value: Any, width: int = SHOWN_CHARS) -> str:
@@ -31,8 +36,9 @@ def call_state(inv: Invocation) -> State:
     """The final state of a call's task run, from what came of it.
 
     An evaluator's verdict is its state's name (``Passed`` / ``Not passed``, both of the
-    completed type: a failed verdict is a finding, not an error) and its score and the
-    start of its explanation the state's message. Errors are Failed (``TimedOut``).
+    completed type: a failed verdict is a finding, not an error; a ``Not passed`` run is
+    tagged `NOT_PASSED_TAG`) and its score and the start of its explanation the state's
+    message. Errors are Failed (``TimedOut``).
     """
     if inv.error is not None:
         timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
@@ -51,7 +57,8 @@ def _verdict(result: EvaluationResult) -> State:
         name = "Completed" if result.score_raw is None else "Scored"
     parts = [] if result.score_raw is None else [f"score {result.score_raw:g}"]
     parts += [short(t) for t in (result.text_output, result.explanation) if t]
-    return State("COMPLETED", name, " · ".join(parts) or None)
+    tags = (NOT_PASSED_TAG,) if result.pass_ is False else ()
+    return State("COMPLETED", name, " · ".join(parts) or None, tags)
 
 
 def call_inputs(inv: Invocation) -> dict[str, str]:
@@ -76,9 +83,15 @@ def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
     """The log line (level, message) a call's task run gets when it needs a look: a
     failed verdict with its whole explanation, an error. Others get none (a failed
     verdict without an explanation has nothing its state does not say): a log record
-    costs the server about what the call's own record does."""
+    costs the server about what the call's own record does.
+
+    An error is a WARNING: the flow run's log shows it too, and one row's error is
+    recorded data, not the experiment failing (that run ends Completed)."""
     if state.type == "FAILED":
-        return logging.ERROR, f"Finished in state {state.name}: {state.message}"
+        what = "timed out" if state.name == "TimedOut" else "failed"
+        return logging.WARNING, (f"{inv.step.kind} {what} on this row: "
+                                 f"{state.message} (recorded as the row's error; the "
+                                 "experiment goes on)")
     result = inv.value
     if state.name != "Not passed" or not isinstance(result, EvaluationResult) \
             or not result.explanation:

@@ -33,6 +33,18 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def namespace_of(run_key: str) -> uuid.UUID:
+    """The namespace of one experiment run's task-run ids (``run_key``: its flow run's id,
+    or the key its recorder process knows it by)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"patronus-tasks:{run_key}")
+
+
+def task_run_id(namespace: uuid.UUID, name: str) -> str:
+    """A call's task-run id, from its experiment run and its name (``<step>-<sid>``,
+    unique in the run): both processes, and the artifacts' links to it, know it."""
+    return str(uuid.uuid5(namespace, name))
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """One call of a step as a task run: what its events say."""
@@ -54,6 +66,9 @@ class State:
     type: str
     name: str
     message: str | None = None
+    #: Tags of this call's task run besides the flow run's (a verdict that did not pass:
+    #: `display.NOT_PASSED_TAG`, which the UI's tag filters list on their own).
+    tags: tuple[str, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -95,11 +110,12 @@ class EventFormat:
                 "intended": {"from": None, "to": state.type},
                 "validated_state": {"type": state.type, "name": state.name, "message": message,
                                     "state_details": {}, "data": None},
-                "task_run": self._task_run(call, run_count, end),
+                "task_run": self._task_run(call, run_count, end, state.tags),
             },
         }
 
-    def _task_run(self, call: Call, run_count: int, end: dt.datetime | None) -> dict[str, Any]:
+    def _task_run(self, call: Call, run_count: int, end: dt.datetime | None,
+                  tags: tuple[str, ...] = ()) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
         if call.upstream:
             inputs["wait_for"] = [{"input_type": "task_run", "id": call.upstream}]
@@ -109,7 +125,7 @@ class EventFormat:
             inputs[name] = [{"input_type": "constant", "type": shown}]
         run: dict[str, Any] = {
             "name": call.name, "task_key": call.task_key, "dynamic_key": call.name,
-            "tags": self.tags, "task_inputs": inputs, "run_count": run_count,
+            "tags": [*self.tags, *tags] if tags else self.tags, "task_inputs": inputs, "run_count": run_count,
             "empirical_policy": {"retries": call.retries, "retry_delay": call.retry_delay},
             "start_time": call.start.isoformat(), "expected_start_time": call.start.isoformat(),
         }

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from prefect.states import Completed, Failed, State
 
 from patronus_tasks.integrations.prefect import artifacts as _artifacts
 from patronus_tasks.integrations.prefect import series as _series
+from patronus_tasks.integrations.prefect.charts import publish_charts
 from patronus_tasks.record.location import Location
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -30,28 +30,41 @@ class Verdict:
     failures: list[str] = field(default_factory=list)
 
 
-async def publish(client: Any, flow_run_id: str, series: str, title: str, out_dir: Location,
-                  gate_failures: list[str], fail_on_regression: bool) -> Verdict:
-    """Publish the results and the comparison; say the verdict (a failed gate fails it)."""
-    previous = await _series.previous_run(series, client)  # before ours is published
-    experiment, summary = await _publish_results(client, flow_run_id, series, title, out_dir)
-    comparison = await _series.publish_comparison(series, title, previous, experiment,
-                                                  flow_run_id, client)
-    await _series.publish_history(series, _series.history_row(experiment, summary, comparison),
-                                  flow_run_id, client)
+@dataclass(frozen=True)
+class Publishing:
+    """An experiment to publish: where (`artifacts.Target`), under which series and title,
+    its results, its parent flow run (a deployment's), whether to write its HTML report."""
+
+    target: _artifacts.Target
+    series: str
+    title: str
+    out_dir: Location
+    parent: str | None = None
+    html_report: bool = True
+
+
+async def publish(p: Publishing, gate_failures: list[str], fail_on_regression: bool) -> Verdict:
+    """Publish the results, the comparison, the history and the charts; say the verdict
+    (a failed gate fails it)."""
+    previous = await _series.previous_run(p.series, p.target.client)  # before ours is published
+    experiment, summary = await _publish_results(p)
+    comparison = await _series.publish_comparison(p.series, p.title, previous, experiment, p.target)
+    history = await _series.publish_history(
+        p.series, _series.history_row(experiment, summary, comparison), p.target)
+    await publish_charts(p.series, p.title, experiment, summary, comparison, history, p.target,
+                         p.parent, p.html_report)  # the report file, the charts, the parent's
     failures = list(gate_failures)
     if fail_on_regression:
         failures += _series.regression_failures(comparison)
     return _verdict(experiment, summary, _series.headline(comparison), failures)
 
 
-async def _publish_results(client: Any, flow_run_id: str, series: str, title: str,
-                           out_dir: Location) -> tuple[Experiment, Summary]:
-    experiment = Experiment(out_dir)
+async def _publish_results(p: Publishing) -> tuple[Experiment, Summary]:
+    experiment = Experiment(p.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
-    await _artifacts.publish(series, title, summary, df, experiment.results_path, flow_run_id,
-                             client)
+    await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
+                             experiment)
     return experiment, summary
 
 

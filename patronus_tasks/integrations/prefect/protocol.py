@@ -43,6 +43,7 @@ class Opening:
     parent: ParentRun | None = None
     record: RecordMode = "all"
     persisting: bool | None = None  # whether the server stores events, if known here
+    html_report: bool = True  # write report.html beside the results
 
 
 @dataclass(frozen=True)

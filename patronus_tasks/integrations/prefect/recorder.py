@@ -81,6 +81,7 @@ class TaskRunRecorder:
                  share: int = 1, on_progress: Callable[[TaskRunRecorder], None] | None = None,
                  label: str = "", persisting: bool = True) -> None:
         self.flow_run_id, self.label = flow_run_id, label
+        self.run_key = flow_run_id  # the calls' task-run ids derive from it (`calls`)
         self.format = EventFormat(flow_run_id, tags, parent_task_run_id)
         self.share = max(1, share)  # recorders posting to the server at once, this one included
         self.on_progress = on_progress

@@ -56,6 +56,7 @@ class Recording:
     def __init__(self, process: RecorderProcess, opening: Opening,
                  on_progress: Callable[[Recording], None] | None = None) -> None:
         self.process, self.opening, self.key = process, opening, opening.key
+        self.run_key = opening.key  # the calls' task-run ids derive from it
         self.label = opening.title
         self.on_progress = on_progress
         self.expected = 0  # calls handed on to be recorded

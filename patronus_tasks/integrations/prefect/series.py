@@ -17,7 +17,15 @@ from prefect.artifacts import MarkdownArtifact, TableArtifact
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 
-from patronus_tasks.integrations.prefect.artifacts import artifact_key, create, markdown_table, num, pct
+from patronus_tasks.integrations.prefect import links as _links
+from patronus_tasks.integrations.prefect.artifacts import (
+    Target,
+    artifact_key,
+    create,
+    markdown_table,
+    num,
+    pct,
+)
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -36,16 +44,27 @@ class PreviousRun:
     flow_run_id: str | None
 
 
+#: Latest results links of a key read to find the series' own (keys are short: two
+#: series may share one).
+LINKS_READ = 20
+
+
+def _of_series(artifact: Any, series: str) -> bool:
+    said = re.search(r"\(series (.*)\)$", artifact.description or "")
+    return said is None or said.group(1) == series  # a link from before says no series
+
+
 async def previous_run(series: str, client: Any) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
     found = await client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
-        sort=ArtifactSort.CREATED_DESC, limit=1)
-    if not found:
+        sort=ArtifactSort.CREATED_DESC, limit=LINKS_READ)
+    mine = [a for a in found if _of_series(a, series)]
+    if not mine:
         return None
-    link = re.search(r"\]\((.*)\)$", str(found[0].data or ""))
-    target = link.group(1) if link else str(found[0].data)
-    return PreviousRun(target, str(found[0].flow_run_id) if found[0].flow_run_id else None)
+    link = re.search(r"\]\((.*)\)$", str(mine[0].data or ""))
+    target = link.group(1) if link else str(mine[0].data)
+    return PreviousRun(target, str(mine[0].flow_run_id) if mine[0].flow_run_id else None)
 
 
 def experiment_at(results_url: str, this: Experiment) -> Experiment:
@@ -68,21 +87,21 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
 
 def _pass_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     lo, hi = e.pass_diff_ci or (None, None)
-    return {**_name(e, with_link), "paired rows": e.paired,
-            "previous": pct(e.pass_rate_a), "this run": pct(e.pass_rate_b),
-            "difference": pct(e.pass_diff, signed=True),
-            "95% interval": f"[{pct(lo, True)}, {pct(hi, True)}]" if lo is not None else "",
-            "McNemar p": num(e.mcnemar_p), "regressed rows": len(e.regressed),
-            "improved rows": len(e.improved), **_significant(e)}
+    interval = f" [{pct(lo, True)}, {pct(hi, True)}]" if lo is not None else ""
+    return {**_name(e, with_link), "rows": e.paired,
+            "before → now": f"{pct(e.pass_rate_a)} → {pct(e.pass_rate_b)}",
+            "change [95%]": pct(e.pass_diff, signed=True) + interval,
+            "p": num(e.mcnemar_p),
+            "worse / better": f"{len(e.regressed)} / {len(e.improved)}", **_significant(e)}
 
 
 def _score_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     lo, hi = e.mean_diff_ci or (None, None)
-    return {**_name(e, with_link), "paired rows": e.paired,
-            "previous mean": num(e.mean_a), "this mean": num(e.mean_b),
-            "difference": f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "",
-            "95% interval": f"[{lo:+.3g}, {hi:+.3g}]" if lo is not None else "",
-            "bootstrap p": num(e.score_p), **_significant(e)}
+    interval = f" [{lo:+.3g}, {hi:+.3g}]" if lo is not None else ""
+    return {**_name(e, with_link), "rows": e.paired,
+            "mean before → now": f"{num(e.mean_a)} → {num(e.mean_b)}",
+            "change [95%]": (f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "") + interval,
+            "p": num(e.score_p), **_significant(e)}
 
 
 def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
@@ -90,17 +109,27 @@ def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
 
 
 def _significant(e: EvaluatorComparison) -> dict[str, str]:
-    return {"significant regression": "yes" if e.regressed_significantly(ALPHA) else "no"}
+    return {"regressed": "yes" if e.regressed_significantly(ALPHA) else "no"}
+
+
+def regressed_task_runs(comparison: Comparison | str) -> list[str]:
+    """The task-run names of the calls that regressed (their sample ids link to them)."""
+    if isinstance(comparison, str):
+        return []
+    return [_links.run_name(e.evaluator, sid, e.link_index)
+            for e in comparison.evaluators for sid in e.regressed[:ROWS_SHOWN]]
 
 
 def comparison_markdown(title: str, comparison: Comparison | str,
-                        previous: PreviousRun | None) -> str:
-    """The comparison as a table, then the rows that regressed, per evaluator."""
+                        previous: PreviousRun | None, ids: dict[str, str] | None = None) -> str:
+    """The comparison as a table, then the rows that regressed, per evaluator (sample ids
+    linking to this run's task runs: ``ids``)."""
     lines = [f"# {title} vs the previous run", ""]
     if isinstance(comparison, str):
         return "\n".join([*lines, comparison])
     assert previous is not None
-    run = f" (flow run `{previous.flow_run_id}`)" if previous.flow_run_id else ""
+    run = (f" ([its flow run]({_links.flow_run(previous.flow_run_id)}))"
+           if previous.flow_run_id else "")
     lines += [f"Previous run: `{comparison.a}`{run}, results `{previous.location}`. "
               f"Rows paired by sample id; only in the previous run: {comparison.only_in_a}, "
               f"only in this one: {comparison.only_in_b}.", ""]
@@ -110,13 +139,21 @@ def comparison_markdown(title: str, comparison: Comparison | str,
     if verdicts:
         lines += ["## Pass rates", "", *markdown_table([_pass_row(e, many) for e in verdicts]), ""]
     if scores:
-        lines += ["## Mean scores", "", *markdown_table([_score_row(e, many) for e in scores])]
+        lines += ["## Mean scores", "", *markdown_table([_score_row(e, many) for e in scores]), ""]
+    lines += [f"p: McNemar's exact test on the rows that changed (pass rates), a paired "
+              f"bootstrap (means); regressed: worse with p < {ALPHA}; worse / better: rows "
+              "that went from pass to fail / fail to pass."]
     for e in comparison.evaluators:
         if e.regressed:
             more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""
             lines += ["", f"**{e.evaluator}** regressed on: "
-                      + ", ".join(f"`{s}`" for s in e.regressed[:ROWS_SHOWN]) + more]
+                      + ", ".join(_sid(s, e, ids or {}) for s in e.regressed[:ROWS_SHOWN]) + more]
     return "\n".join(lines)
+
+
+def _sid(sid: str, e: EvaluatorComparison, ids: dict[str, str]) -> str:
+    found = ids.get(_links.run_name(e.evaluator, sid, e.link_index))
+    return f"[`{sid}`]({_links.task_run(found)})" if found else f"`{sid}`"
 
 
 def regression_failures(comparison: Comparison | str) -> list[str]:
@@ -141,12 +178,14 @@ def headline(comparison: Comparison | str) -> str:
 
 
 async def publish_comparison(series: str, title: str, previous: PreviousRun | None,
-                             this: Experiment, flow_run_id: str, client: Any) -> Comparison | str:
+                             this: Experiment, target: Target) -> Comparison | str:
     """Compare ``this`` with the series' previous run; publish ``<series>-vs-previous``."""
     comparison = compare_with(previous, this)
-    await create(MarkdownArtifact(markdown=comparison_markdown(title, comparison, previous),
-                                  key=artifact_key(series, "vs-previous"), flow_run_id=flow_run_id,
-                                  description=f"{title}: {headline(comparison)}"), client)
+    markdown = comparison_markdown(title, comparison, previous,
+                                   target.ids(regressed_task_runs(comparison)))
+    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
+                                  description=f"{title}: {headline(comparison)}",
+                                  flow_run_id=target.flow_run_id), target.client)
     return comparison
 
 
@@ -168,23 +207,25 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
     return row
 
 
-async def publish_history(series: str, row: dict[str, Any], flow_run_id: str, client: Any) -> None:
-    """``<series>-history``: the last runs of the series, one row each, newest first.
+async def publish_history(series: str, row: dict[str, Any], target: Target) -> list[dict[str, Any]]:
+    """``<series>-history``: the last runs of the series, one row each, newest first
+    (returned, as published).
 
     The UI lists an artifact key's versions by id only: this one table is where a
     series' figures read night after night (the previous version's rows, plus this run).
     """
     key = artifact_key(series, "history")
-    found = await client.read_artifacts(
+    found = await target.client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
         sort=ArtifactSort.CREATED_DESC, limit=1)
     earlier = _table(found[0].data) if found else []
     rows = [row, *earlier][:HISTORY_ROWS]
     columns = list(dict.fromkeys(c for r in rows for c in r))
-    await create(TableArtifact(table=[{c: r.get(c, "") for c in columns} for r in rows], key=key,
-                               flow_run_id=flow_run_id,
+    table = [{c: r.get(c, "") for c in columns} for r in rows]
+    await create(TableArtifact(table=table, key=key, flow_run_id=target.flow_run_id,
                                description=f"{series}: the last {len(rows)} runs, newest first"),
-                 client)
+                 target.client)
+    return table
 
 
 def _table(data: Any) -> list[dict[str, Any]]:

@@ -1,0 +1,6 @@
+"""Looking at results: charts of a run and of a series, and one self-contained HTML page
+per experiment (`write_report`, ``patronus-tasks report``)."""
+
+from patronus_tasks.report.build import REPORT_FILE, build_report, write_report
+
+__all__ = ["REPORT_FILE", "build_report", "write_report"]

@@ -1,0 +1,186 @@
+"""One experiment as one self-contained HTML page: facts, figures, charts, the comparison
+with another run, and every record in a table one can sort, filter and open.
+
+No network and no server: the charts are PNG data URLs, the records JSON inside the page,
+the script and styles inline (``assets/report.html``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from patronus_tasks.record.records import FIXED_NAMES
+from patronus_tasks.report import charts
+from patronus_tasks.report.rows import counted_columns, packed, table_data
+from patronus_tasks.results.compare import Comparison, EvaluatorComparison
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.summary import Summary
+
+#: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
+SIDS_SHOWN = 50
+ALPHA = 0.05
+
+
+@dataclass
+class ReportInput:
+    """What a report shows: the experiment, its records and summary, and optionally a
+    comparison with another run (``against``: that run's name)."""
+
+    experiment: Experiment
+    df: pd.DataFrame
+    summary: Summary
+    comparison: Comparison | None = None
+    #: Charts drawn already (`charts.drawn`), so a run draws each once.
+    drawn: dict[str, bytes | None] | None = None
+
+    def chart(self, name: str) -> bytes | None:
+        drawn = self.drawn if self.drawn is not None else {}
+        if name not in drawn:
+            drawn[name] = charts.draw(name, self.summary, self.df, self.comparison)
+        self.drawn = drawn
+        return drawn[name]
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def image(png: bytes | None, alt: str) -> str:
+    """A chart as an ``<img>`` with a PNG data URL (nothing to fetch)."""
+    if png is None:
+        return ""
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return '<p class="note">(none)</p>'
+    head = "".join(f"<th>{esc(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r.values()) + "</tr>" for r in rows)
+    return f'<table class="figures"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def header(r: ReportInput) -> str:
+    """The title and the facts of the run (when, data, code, where)."""
+    m = r.experiment.manifest
+    facts = [("project", r.experiment.project), ("started", str(m.get("started_at", ""))[:19]),
+             ("status", m.get("status")), ("rows", m.get("rows")),
+             ("dataset", (m.get("dataset") or {}).get("source")),
+             ("sha256", str((m.get("dataset") or {}).get("sha256") or "")[:12]),
+             ("git", str(m.get("git_commit") or "")[:10]), ("flow run", m.get("flow_run_id")),
+             ("results", r.experiment.results_path)]
+    shown = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts if v)
+    return f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1><div class=facts>{shown}</div>"
+
+
+def _rate_cell(s: Any) -> str:
+    if s.pass_rate is None:
+        return ""
+    lo, hi = charts.wilson(s.passed, s.verdicts + s.errors)
+    return f"<b>{s.pass_rate:.1%}</b> <span class=note>[{lo:.0%}, {hi:.0%}]</span>"
+
+
+def summary_section(r: ReportInput) -> str:
+    """Per evaluator: pass rate with its interval, counts, scores; then tokens and cost."""
+    s, many = r.summary, r.summary.links > 1
+    rows = [{**({"link": e.link_index} if many else {}), "evaluator": esc(e.evaluator),
+             "pass rate [95%]": _rate_cell(e),
+             "passed": f"{e.passed}/{e.verdicts + e.errors}" if e.pass_rate is not None else "",
+             "not passed": e.verdicts - e.passed if e.pass_rate is not None else "",
+             "errors": e.errors, "skipped": e.skipped,
+             "mean score": f"{e.scores['mean']:.3g}" if "mean" in e.scores else "",
+             "results": e.count} for e in s.evaluators]
+    totals = (f"{s.samples} rows · task errors {s.task_errors} · evaluator errors "
+              f"{s.evaluator_errors} · skipped rows {s.skipped_tasks}")
+    return (f'<h2>Summary</h2><section class="card"><p>{esc(totals)}</p>{_table(rows)}'
+            f"{counted_section(r.df)}{_filters_hint()}</section>")
+
+
+def _filters_hint() -> str:
+    chips = chip("not passed", {"verdict": "not passed"}) + chip("errors", {"verdict": "error"})
+    return f"<p>Show the rows: {chips}</p>"
+
+
+def counted_section(df: pd.DataFrame) -> str:
+    """Tokens and cost totals, where recorded: a row's task-level figure repeats in each
+    of its evaluators' records, so such a column is summed once per (row, link)."""
+    parts = []
+    for name in counted_columns(df):
+        per_row = df.groupby(["sid", "link_index"])[name].nunique(dropna=True).max() <= 1
+        values = df.drop_duplicates(["sid", "link_index"])[name] if per_row else df[name]
+        total = float(values.sum(skipna=True))
+        parts.append(f"<span>{esc(name)}: <b>{total:,.4g}</b></span>")
+    return f'<p class="facts">Recorded: {" ".join(parts)}</p>' if parts else ""
+
+
+def charts_section(r: ReportInput) -> str:
+    pictures = [image(r.chart("rates"), "pass rate per evaluator"),
+                image(r.chart("scores"), "score distribution per evaluator")]
+    shown = "".join(p for p in pictures if p)
+    return f'<h2>Charts</h2><section class="card charts">{shown}</section>' if shown else ""
+
+
+def chip(text: str, filters: dict[str, str]) -> str:
+    """A button that sets the table's filters to ``filters``."""
+    return f"<button class=chip data-filter='{esc(json.dumps(filters))}'>{esc(text)}</button>"
+
+
+def _sid_chips(e: EvaluatorComparison, sids: list[str]) -> str:
+    more = f" <span class=note>(+{len(sids) - SIDS_SHOWN} more)</span>" if len(sids) > SIDS_SHOWN else ""
+    return "".join(chip(s, {"column": "sid", "value": "=" + s, "evaluator": e.evaluator})
+                   for s in sids[:SIDS_SHOWN]) + more
+
+
+def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
+    if e.pass_diff is not None and e.pass_diff_ci is not None:
+        lo, hi = e.pass_diff_ci
+        change = f"{e.pass_rate_a:.1%} → {e.pass_rate_b:.1%}"
+        diff = f"{e.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+        p = f"McNemar {e.mcnemar_p:.3g}" if e.mcnemar_p is not None else ""
+    else:
+        lo, hi = e.mean_diff_ci or (0.0, 0.0)
+        change = f"mean {e.mean_a or 0:.3g} → {e.mean_b or 0:.3g}"
+        diff = f"{e.mean_diff or 0:+.3g} [{lo:+.3g}, {hi:+.3g}]"
+        p = f"bootstrap {e.score_p:.3g}" if e.score_p is not None else ""
+    flag = "<b style='color:var(--fail)'>regressed</b>" if e.regressed_significantly(ALPHA) else ""
+    return {"evaluator": esc(e.evaluator), "paired": e.paired, "before → after": change,
+            "difference [95%]": diff, "p": p, "": flag}
+
+
+def comparison_section(r: ReportInput) -> str:
+    """The run against the other: figures, the chart, and the rows that moved (each one a
+    filter of the table below)."""
+    c = r.comparison
+    if c is None:
+        return ""
+    moved = "".join(
+        f"<p><b>{esc(e.evaluator)}</b> regressed on {len(e.regressed)}: {_sid_chips(e, e.regressed)}</p>"
+        * bool(e.regressed)
+        + f"<p><b>{esc(e.evaluator)}</b> improved on {len(e.improved)}: {_sid_chips(e, e.improved)}</p>"
+        * bool(e.improved) for e in c.evaluators)
+    note = (f"<p class=note>Against <b>{esc(c.a)}</b>: rows paired by sample id; only there: "
+            f"{c.only_in_a}, only here: {c.only_in_b}.</p>")
+    given = (r.drawn or {}).get("comparison")  # a run's: "against the previous run"
+    chart = image(given or charts.comparison_chart(c, ALPHA, f"Against {c.a}"), "against the other run")
+    table = _table([_comparison_row(e) for e in c.evaluators])
+    return (f'<h2>Against {esc(c.a)}</h2><section class="card charts">{note}{chart}{table}'
+            f"{moved}</section>")
+
+
+def render(r: ReportInput) -> str:
+    """The page."""
+    template = resources.files("patronus_tasks.report").joinpath("assets/report.html").read_text()
+    dataset = [c for c in r.df.columns if c not in FIXED_NAMES]
+    sections = summary_section(r) + charts_section(r) + comparison_section(r)
+    title = f"{r.experiment.project}/{r.experiment.name}"
+    return (template.replace("__TITLE__", esc(title)).replace("__HEADER__", header(r))
+            .replace("__SECTIONS__", sections)
+            .replace("/*DATA*/", packed(table_data(r.df, dataset))))
+
