@@ -34,15 +34,24 @@ async def _run(spec: ExperimentSpec) -> Experiment:
 
         return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
     await execute(spec, LocalStepRunner())
-    experiment = Experiment(spec.out_dir)
-    if spec.html_report:  # after the results: a report that fails is only a warning
-        from patronus_tasks.report.build import report_after_run
-
-        report_after_run(experiment)
+    experiment = Experiment(spec.out_dir, _report_afterwards(spec))
     failures = gate_failures(spec, experiment)
     if failures:
         raise QualityGateError(failures, experiment)
     return experiment
+
+
+def _report_afterwards(spec: ExperimentSpec) -> Any:
+    """The HTML report, written after the results in a thread (~1-3 s: matplotlib), which
+    `Experiment.wait_recorded` and the process's exit wait for; None when not wanted."""
+    if not spec.html_report:
+        return None
+    from patronus_tasks.integrations.prefect.background import Afterwards
+    from patronus_tasks.report.build import report_after_run
+
+    experiment = Experiment(spec.out_dir)
+    return Afterwards(f"the HTML report of {spec.project_name}/{spec.experiment_name}",
+                      lambda: report_after_run(experiment))
 
 
 async def arun_experiment(project_name: str, *, data: DataInput | None = None,

@@ -86,6 +86,7 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
     exp = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
                          experiment_name="first", backend="local", results_dir=url,
                          print_summary=False)
+    assert exp.wait_recorded(60)  # the report is written after the results
     assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/report.html",
                                  "s3_project/first/results.parquet"]  # the report an object too
     assert str(exp.results_path) == _url(s3, f"{prefix}/s3_project/first/results.parquet")

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 _PROGRESS_SECONDS = 5.0
@@ -107,7 +107,7 @@ def drain(timeout: float | None = None) -> bool:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if said or not left[0].wait(1.0):
-                _say("Waiting for Prefect to record " + "; ".join(p.describe() for p in left)
+                _say("Waiting for " + "; ".join(p.describe() for p in left)
                      + " (Ctrl-C stops waiting; the results are written already)")
                 said = True
                 left[0].wait(_PROGRESS_SECONDS)
@@ -125,6 +125,36 @@ def _outcome(waited: list[Pending]) -> str:
         return "Prefect has recorded every task run."
     return (f"Prefect did not record {lost} task runs (said above why); their rows are in the "
             "Parquet results.")
+
+
+class Afterwards:
+    """Work after an experiment's results (its HTML report, with no recorder process to do
+    it), in a daemon thread the process waits for before it exits (`drain`)."""
+
+    lost = 0
+
+    def __init__(self, what: str, work: Callable[[], object]) -> None:
+        self.what = what
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="patronus-tasks-afterwards", daemon=True).start()
+        keep_alive(self)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def describe(self) -> str:
+        return self.what
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
 
 
 def _say(text: str) -> None:

@@ -139,6 +139,6 @@ async def _caught_up(recording: Recording) -> None:
     """Inside a flow run, wait for the records (that flow run must not end first)."""
 
     def report(r: Recording) -> None:
-        logger.info("waiting for Prefect to record %s", r.describe())
+        logger.info("waiting for %s", r.describe())
 
     await recording.until_recorded(report)

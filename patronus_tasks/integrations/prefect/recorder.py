@@ -190,7 +190,8 @@ class TaskRunRecorder:
 
     def describe(self) -> str:
         left = self.expected - self.recorded - self.lost
-        return f"{left} of {self.expected} task runs" + (f" of {self.label}" if self.label else "")
+        return f"Prefect to record {left} of {self.expected} task runs" + (
+            f" of {self.label}" if self.label else "")
 
     # -- the background loop's side ------------------------------------------------------
 

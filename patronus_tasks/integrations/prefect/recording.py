@@ -173,7 +173,8 @@ class Recording:
     def describe(self) -> str:
         left = self.expected - self.recorded - self.lost
         notes = "; ".join(self.progress.notes)
-        return f"{left} of {self.expected} task runs of {self.label}" + (f" ({notes})" if notes else "")
+        return (f"Prefect to record {left} of {self.expected} task runs of {self.label}"
+                + (f" ({notes})" if notes else ""))
 
 
 class RecorderProcess:
