@@ -50,6 +50,7 @@ class Service:
         self._lock = threading.Lock()
         self.publishing: asyncio.Lock | None = None  # one experiment's post-run at a time
         self.orphan = False  # the experiment's process is gone
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def tell(self, kind: str, key: str, body: Any) -> None:
         """Answer the experiment's process (gone: nobody is listening, the work goes on)."""
@@ -60,6 +61,13 @@ class Service:
                 write_frame(self.answers, (kind, key, body))
             except (OSError, ValueError):
                 self.orphan = True
+
+    def start(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` on this loop, held until done (a loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def take(self, message: tuple[Any, ...]) -> None:
         """A message from the experiment's process (on the background loop)."""
@@ -106,7 +114,7 @@ class Session:
         self._opened: asyncio.Task[None] | None = None
 
     def begin(self) -> None:
-        self._opened = asyncio.get_running_loop().create_task(self._open())
+        self._opened = self.service.start(self._open())
 
     async def _open(self) -> None:
         created = await _until_created(self.o)
@@ -123,7 +131,7 @@ class Session:
         self.waiting = []
         self.service.tell("flow_run", self.o.key,
                           (self.flow_run_id, _url(self.flow_run_id), self.series))
-        asyncio.get_running_loop().create_task(self._show_progress())
+        self.service.start(self._show_progress())
 
     def take(self, item: tuple[Any, ...]) -> None:
         self.calls += item[0] == "finished"
@@ -160,7 +168,7 @@ class Session:
 
     def end(self, closing: Closing) -> None:
         self.closing = closing
-        asyncio.get_running_loop().create_task(self._end(closing))
+        self.service.start(self._end(closing))
 
     async def _end(self, closing: Closing) -> None:
         assert self._opened is not None
