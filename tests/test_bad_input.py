@@ -163,3 +163,38 @@ def test_round_trip_through_experiment_and_parquet(tmp_path: Path, rows: list[di
         assert got["note"] == want["note"]
         assert json.loads(got["task_metadata"]) == {"meta": json.loads(want["meta"])}
         assert json.loads(got["task_tags"]) == {"note": want["note"]}
+
+
+UNANSWERED = """
+from patronus_tasks import evaluator, run_experiment
+
+@evaluator
+def nonempty(evaluated_model_output: str) -> bool:
+    return bool(evaluated_model_output)
+
+exp = run_experiment("nowhere", data=[{"evaluated_model_output": "x"}], evaluators=[nonempty],
+                     print_summary=False)
+print("results", exp.to_dataframe()["pass"].tolist(), flush=True)
+"""
+
+
+@pytest.mark.heavy
+def test_a_prefect_api_that_answers_nothing_is_said_in_our_terms(tmp_path: Path) -> None:
+    # A PREFECT_API_URL where nothing listens: the results are written at once; the flow
+    # run is given up on after a while, in one line that names the URL and the fixes.
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
+    env = {**os.environ, "PREFECT_API_URL": url}
+    out = subprocess.run([sys.executable, "-c", UNANSWERED], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "results [True]" in out.stdout, out.stderr[-2000:]
+    said = [line for line in out.stderr.splitlines() if "did not answer" in line]
+    assert len(said) == 1 and url in said[0], out.stderr[-2000:]
+    assert "`patronus-tasks server up`" in said[0] and "unset PREFECT_API_URL" in said[0]
+    assert "RuntimeError" not in out.stderr and "Traceback" not in out.stderr
+    assert "Prefect did not record 1 task runs" in out.stderr

@@ -30,15 +30,14 @@ from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import flowruns, postrun, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
-from patronus_tasks.integrations.prefect.recorder import (
-    GIVE_UP_SECONDS,
-    MAX_BUFFERED_BYTES,
-    TaskRunRecorder,
-)
+from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
 
 logger = logging.getLogger("patronus_tasks.records")
 _PROGRESS_EVERY = 1.0  # seconds between moves of the progress artifact
 _ORPHANED = "the experiment's process ended before its rows were done"
+#: Seconds a server that does not answer at all may take (a restart) before the flow run
+#: is given up: a wrong PREFECT_API_URL must not hold the process at exit for minutes.
+UNANSWERED_SECONDS = 30.0
 
 
 class Service:
@@ -230,8 +229,8 @@ class Session:
 
 async def _until_created(opening: Opening) -> flowruns.Created | None:
     """Create the experiment's flow run, trying again while the server does not answer
-    (starting, restarting) for up to `GIVE_UP_SECONDS`; None if it never did."""
-    deadline, wait = time.monotonic() + GIVE_UP_SECONDS, 0.5
+    (starting, restarting) for up to `UNANSWERED_SECONDS`; None (said why) if it never did."""
+    deadline, wait = time.monotonic() + UNANSWERED_SECONDS, 0.5
     while True:
         try:
             async with get_client() as client:
@@ -240,16 +239,23 @@ async def _until_created(opening: Opening) -> flowruns.Created | None:
             logger.error("%s", exc)
             return None
         except Exception as exc:
-            brief = " ".join(str(exc).split())[:300]
             if time.monotonic() + wait > deadline:
-                logger.error("could not create the flow run of %s on Prefect: %s", opening.title,
-                             brief)
+                logger.error("%s", _unanswered(opening, exc))
                 return None
-            if wait >= 8:
-                logger.warning("could not create the flow run of %s on Prefect yet (will retry): "
-                               "%s", opening.title, brief)
         await asyncio.sleep(wait)
-        wait = min(wait * 2, 30.0)
+        wait = min(wait * 2, 8.0)
+
+
+def _unanswered(opening: Opening, exc: Exception) -> str:
+    """Why the flow run could not be made, in this package's terms, with the fix."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    brief = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return (f"the Prefect API at {url} did not answer for {UNANSWERED_SECONDS:.0f} s ({brief}): "
+            f"{opening.title} is not recorded on Prefect (its results are written). Start a "
+            "server there (`patronus-tasks server up`), point PREFECT_API_URL at one that runs, "
+            "or unset PREFECT_API_URL to use Prefect's built-in server.")
 
 
 def _persisting(opening: Opening) -> bool:
