@@ -57,6 +57,8 @@ SETUP_ERRORS: list[tuple[str, Any, list[str]]] = [
     ("missing ids", lambda t: {"data": [{"sid": "a", "evaluated_model_input": "x"},
                                         {"sid": None, "evaluated_model_input": "y"}], "task": model},
      ["rows at positions [1] have no 'sid'"]),
+    ("rows not dicts", lambda t: {"data": ["a", "b"], "task": model},
+     ["data is a list, but row 0 is a str ('a'), not a dict", "give each row as a dict"]),
     ("link without steps", lambda t: {"data": [{"x": 1}], "chain": [{"evaluators": []}]},
      ["chain link 0 has neither a task nor evaluators"]),
     ("chain and evaluators", lambda t: {"data": [{"x": 1}], "evaluators": [ok],

@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import pandas as pd
 
@@ -219,6 +219,16 @@ def _check_field_names(fields: Mapping[str, Any]) -> None:
         )
 
 
+def _check_rows(rows: Sequence[Any]) -> None:
+    """Every row of a list is a dict (a mapping of column to value); say which is not."""
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise DatasetError(
+                f"data is a list, but row {i} is a {type(row).__name__} ({str(row)[:60]!r}), "
+                "not a dict: give each row as a dict of columns, e.g. "
+                "{'evaluated_model_input': 'question', 'evaluated_model_gold_answer': 'answer'}.")
+
+
 def load_dataset(data: DataInput) -> Dataset:
     """Turn any accepted ``data=`` value into a `Dataset`.
 
@@ -233,8 +243,9 @@ def load_dataset(data: DataInput) -> Dataset:
         return Dataset(data.copy())
     if isinstance(data, (str, Path)):
         return _load_file(data, None, None, {})
-    if isinstance(data, Sequence) and all(isinstance(r, Mapping) for r in data):
-        return Dataset(pd.DataFrame.from_records([dict(r) for r in data]))  # type: ignore[arg-type]
+    if isinstance(data, Sequence):
+        _check_rows(data)
+        return Dataset(pd.DataFrame.from_records([dict(cast(Mapping[str, Any], r)) for r in data]))
     raise DatasetError(
         f"data must be a list of dicts, a DataFrame, a Dataset or a file path, "
         f"not {type(data).__name__}."
