@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -311,3 +312,33 @@ def test_manifest_is_a_versioned_model_read_back_typed(results_dir: Path) -> Non
     assert newer.to_json()["shards"] == 4
     older = {k: v for k, v in exp.manifest.items() if k not in ("manifest_version", "python")}
     assert Manifest.model_validate(older).manifest_version == 1
+
+
+FINISHED: list[str] = []
+
+
+@task
+async def slower_first(row: Row) -> str:
+    await asyncio.sleep(0.002 * (20 - int(row.sid)))  # the first rows finish last
+    FINISHED.append(row.sid)
+    return row.sid
+
+
+@evaluator
+def second(row: Row) -> bool:
+    return True
+
+
+@evaluator
+def first(row: Row) -> bool:
+    return True
+
+
+def test_rows_are_kept_in_the_dataset_order_not_the_order_they_finished(results_dir: Path) -> None:
+    exp = run_experiment("ordered", data=[{"x": i} for i in range(20)], task=slower_first,
+                         evaluators=[second, first], results_dir=results_dir, backend="local",
+                         print_summary=False, max_concurrency=8)
+    df = exp.to_dataframe()
+    assert FINISHED[-20:] != [str(i) for i in range(1, 21)]  # they did finish out of order
+    assert df["sid"].tolist() == [str(i) for i in range(1, 21) for _ in range(2)]
+    assert df["evaluator_name"].tolist() == ["second", "first"] * 20  # as the chain says

@@ -5,9 +5,10 @@ Arrow schema on the first line; see `_Journal` for object storage), so a crash o
 SIGKILL loses no completed row: a line cut short by a crash is skipped when read. When a
 batch is full it is written as a numbered Parquet part (written whole, see
 `Location.atomic_output`) and its journal removed; a journal whose part exists is
-ignored, so nothing is read twice. `finalize` streams the parts into
-``results.parquet`` (again written whole) and removes them. Where the files live, a
-local folder or an object-store prefix, is the `Location`'s.
+ignored, so nothing is read twice. `finalize` merges the parts into ``results.parquet``
+(again written whole), in the dataset's order of rows, not the order they finished in
+(`RowOrder`: Arrow columns in memory, sorted by index), and removes them. Where the
+files live, a local folder or an object-store prefix, is the `Location`'s.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import base64
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
@@ -77,6 +80,31 @@ def dataset_schema(df: pd.DataFrame) -> tuple[pa.Schema, frozenset[str]]:
             text.add(name)
         fields.append(pa.field(name, typ))
     return pa.schema(fields), frozenset(text)
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """The order records are kept in: the dataset's rows (``sids``), then chain link, then
+    the link's evaluators in the order given (``evaluators``: (link, name)), the task's own
+    record (no evaluator) first."""
+
+    sids: Sequence[str]
+    evaluators: Sequence[tuple[int, str]] = ()
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        """``table`` sorted into this order (a record of an unknown sid goes last)."""
+        if not table.num_rows:
+            return table
+        evaluators = pa.array([f"{link}\x00{name}" for link, name in self.evaluators], pa.string())
+        named = pc.binary_join_element_wise(pc.cast(table["link_index"], pa.string()),
+                                            table["evaluator_name"], "\x00")
+        keys = pa.table({
+            "row": pc.fill_null(pc.index_in(table["sid"], value_set=pa.array(self.sids, pa.string())),
+                                len(self.sids)),
+            "link": table["link_index"],
+            "evaluator": pc.fill_null(pc.index_in(named, value_set=evaluators), -1)})
+        return table.take(pc.sort_indices(keys, sort_keys=[
+            ("row", "ascending"), ("link", "ascending"), ("evaluator", "ascending")]))
 
 
 class ParquetSink:
@@ -137,15 +165,18 @@ class ParquetSink:
         self.records_written += len(self._buffer)
         self._buffer = []
 
-    def finalize(self, metadata: Mapping[str, Any]) -> Location:
-        """Write the remaining records, merge the parts into one file, remove the parts."""
+    def finalize(self, metadata: Mapping[str, Any], order: RowOrder | None = None) -> Location:
+        """Write the remaining records, merge the parts into one file (in ``order``: the
+        dataset's, not the order rows finished in), remove the parts."""
         self.flush()
         schema = self.schema.with_metadata({METADATA_KEY: json.dumps(metadata, default=str)})
+        parts = sorted(self.parts.glob("part-*.parquet"), key=lambda p: p.name)
+        table = pa.concat_tables([p.read_table(schema=self.schema) for p in parts]) if parts \
+            else self.schema.empty_table()
         final = self.out_dir / RESULTS_FILE
+        table = (order.apply(table) if order else table).replace_schema_metadata(schema.metadata)
         with final.atomic_output() as out, pq.ParquetWriter(out, schema) as writer:
-            for part in sorted(self.parts.glob("part-*.parquet"), key=lambda p: p.name):
-                writer.write_table(part.read_table(schema=self.schema).replace_schema_metadata(
-                    schema.metadata))
+            writer.write_table(table)
         remove_parts(self.out_dir)
         return final
 

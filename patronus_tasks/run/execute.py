@@ -205,7 +205,8 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     finally:
         pool.shutdown(wait=False)  # a call stuck in user code must not hold the process
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
-    sink.finalize(manifest.to_json())
+    sink.finalize(manifest.to_json(), _parquet.RowOrder(
+        [str(s) for s in spec.dataset.df["sid"]], spec.chain_order()))
     _resume.finish(spec.out_dir)
     manifest_file.write(manifest)
     if spec.reporters:  # after the results are written: they never wait for a reporter
