@@ -60,7 +60,7 @@ def make_task_runner(task_runner: Any, address: str | None) -> Any:
 
 
 @dataclass
-class Batch:
+class RowBatch:
     """What one worker needs: the spec with its slice of rows, where to write, for whom."""
 
     spec: ExperimentSpec
@@ -84,7 +84,7 @@ class BatchOutcome:
 
 @prefect_task(name="experiment-batch", task_run_name="batch-{batch.index}", cache_policy=NO_CACHE,
               persist_result=False)
-async def run_batch(batch: Batch) -> BatchOutcome:
+async def run_batch(batch: RowBatch) -> BatchOutcome:
     """Run a batch of rows on a worker; write its parts; return its counts once Prefect
     holds its records."""
     from patronus_tasks.run.runner import RowRunner, run_rows
@@ -115,7 +115,7 @@ async def run_batch(batch: Batch) -> BatchOutcome:
 
 
 def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
-             replay: Replay | None) -> list[Batch]:
+             replay: Replay | None) -> list[RowBatch]:
     df = spec.dataset.df
     if replay is not None:  # rows the earlier run completed are written already
         df = df[[replay.wanted(str(sid)) for sid in df["sid"]]].reset_index(drop=True)
@@ -125,7 +125,7 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
     size = math.ceil(len(df) / count)
     columns, starts = _parquet.dataset_schema(spec.dataset.df), range(0, len(df), size)
     # Reporters stay here (they hold this loop's queue): the results go to them at the end.
-    return [Batch(replace(spec, reporters=(),
+    return [RowBatch(replace(spec, reporters=(),
                           dataset=Dataset(df.iloc[i:i + size].reset_index(drop=True),
                                           spec.dataset.source, spec.dataset.dataset_id)),
                   n, flow_run_id, columns, share=len(starts),

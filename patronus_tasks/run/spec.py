@@ -27,7 +27,7 @@ from patronus_tasks.settings import default_results_dir
 #: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
 #: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or any
 #: Prefect ``TaskRunner`` (batches through it).
-Replay = Literal["resume", "retry", None]
+ReplayMode = Literal["resume", "retry", None]
 BACKENDS = ("prefect", "local", "dask")
 #: Which calls become task runs: all of them, or only those that failed or did not pass
 #: (a server that limits the rate, Prefect Cloud: the rest are counted in the figures).
@@ -48,7 +48,7 @@ class ExperimentSpec:
     out_dir: Location  # a local folder or an object-store prefix
     backend: str = "prefect"  # "prefect", "local" or "batches" (on `task_runner`)
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    replay: Replay = None  # "resume" or "retry": reuse what out_dir already holds
+    replay: ReplayMode = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
     task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
@@ -141,7 +141,7 @@ def _to_resume(root: Location, project: str, name: str,
                       f"{project!r} under {root}; check the id (manifest.json) and the name.")
 
 
-def _resumed(spec: ExperimentSpec, path: Location, replay: Replay) -> ExperimentSpec:
+def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> ExperimentSpec:
     manifest = _manifest_of(path)
     previous = (manifest.get("dataset") or {}).get("sha256")
     if previous and previous != spec.dataset.content_hash():

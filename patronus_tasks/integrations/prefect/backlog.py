@@ -9,7 +9,7 @@ work stays small whatever the size of the flow run (counting the flow run's even
 the server 7 s at 180,000):
 
 - every poll, one look-up by primary key of each pending batch's *mark* (its last event,
-  see `events.Batch`): the task run, and the event;
+  see `events.EventBatch`): the task run, and the event;
 - once a batch's mark is there, one count of its task runs in a final state and one of
   its events, by their ids: a consumer writes a few batches' worth at once, in no set
   order, so the mark alone does not prove the rest is in.
@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.integrations.prefect.events import FINAL_TYPES, Batch
+from patronus_tasks.integrations.prefect.events import FINAL_TYPES, EventBatch
 
 _LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at most 50)
 #: Seconds a batch may stay missing after a later one was recorded, before it counts as
@@ -46,7 +46,7 @@ class Backlog:
     """Batches posted and not yet recorded, in the order they were posted."""
 
     def __init__(self, persisting: bool = True) -> None:
-        self.posted: deque[Batch] = deque()
+        self.posted: deque[EventBatch] = deque()
         self.sent = 0  # events posted (each once, however often it was sent)
         self.recorded = 0  # task runs whose final state the server holds
         #: False when the event persister is known to be off (the built-in server), or
@@ -56,7 +56,7 @@ class Backlog:
         self._recorded_events = 0  # events the task-run recorder alone has taken
         self._recorded_at = 0.0  # when the recorder was first seen to take one
 
-    def add(self, batch: Batch) -> None:
+    def add(self, batch: EventBatch) -> None:
         self.sent += batch.count if not batch.posts else 0
         batch.posts += 1
         batch.overtaken_at = 0.0
@@ -66,7 +66,7 @@ class Backlog:
         """Events posted that the server has not recorded yet."""
         return sum(b.count for b in self.posted)
 
-    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> list[Batch]:
+    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> list[EventBatch]:
         """Ask the server which marks it holds; drop the recorded batches; return the lost
         ones (taken out of `posted`, to be sent again).
 
@@ -94,7 +94,7 @@ class Backlog:
         self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
         return lost
 
-    async def _complete(self, client: Any, batch: Batch) -> bool:
+    async def _complete(self, client: Any, batch: EventBatch) -> bool:
         """Whether the server holds every task run of ``batch`` in its final state, and
         (the persister on) every event."""
         events = orjson.loads(batch.body())
@@ -106,7 +106,7 @@ class Backlog:
         batch.missing = (len(finals) - runs, len(events) - stored)
         return batch.missing == (0, 0)
 
-    def _note_recorder(self, batches: list[Batch], runs: list[bool], stored: list[bool]) -> None:
+    def _note_recorder(self, batches: list[EventBatch], runs: list[bool], stored: list[bool]) -> None:
         taken = sum(b.count for b, r in zip(batches, runs, strict=True) if r)
         if taken:
             self._recorded_events += taken
@@ -124,10 +124,10 @@ class Backlog:
         return not self.persisting
 
 
-async def still_needed(client: Any, batch: Batch) -> bytes | None:
+async def still_needed(client: Any, batch: EventBatch) -> bytes | None:
     """The body to send ``batch`` again with: the events the server does not hold (stored,
     and for a final state its task run recorded in a final state), under new ids
-    (`Batch.renew`: the server drops an id it took lately); None when it holds them all
+    (`EventBatch.renew`: the server drops an id it took lately); None when it holds them all
     (the next check confirms the batch).
 
     Why not all of them: Prefect 3.8's event persister, on SQLite, fails a whole flush when
@@ -167,7 +167,7 @@ async def _final_task_runs(client: Any, ids: list[str]) -> set[str]:
     return found
 
 
-def _overtaken(batch: Batch, now_overtaken: bool) -> bool:
+def _overtaken(batch: EventBatch, now_overtaken: bool) -> bool:
     """Whether ``batch``, incomplete, has been overtaken (its mark or a later batch found)
     for `LOST_AFTER` seconds."""
     if not now_overtaken:
@@ -182,7 +182,7 @@ def _before_found(found: list[bool], i: int) -> bool:
     return not found[i] and any(found[i + 1:])
 
 
-async def _recorded_marks(client: Any, batches: list[Batch]) -> list[bool]:
+async def _recorded_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
     """Per batch: does the server hold its mark's task run (in a final state, if the mark
     is one: a task run has one final event, though it may have been sent under two ids)?"""
     ids = sorted({b.mark[1] for b in batches})
@@ -205,7 +205,7 @@ async def _count_events(client: Any, ids: list[str]) -> int:
     return int((await internal.filter_events(client, body))["total"])
 
 
-async def _stored_marks(client: Any, batches: list[Batch]) -> list[bool]:
+async def _stored_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
     """Per batch: has the event persister stored its mark's event?"""
     body = {"filter": {"id": {"id": [b.mark[0] for b in batches]}, "occurred": _ALL_TIME},
             "limit": len(batches)}

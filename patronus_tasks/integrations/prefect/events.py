@@ -134,7 +134,7 @@ class EventFormat:
         return run
 
 
-class Batch:
+class EventBatch:
     """Events serialised into one JSON array body (without its brackets), and its mark.
 
     Copied into one buffer as they come: each ``orjson.dumps`` result keeps an 8 KB
@@ -172,11 +172,11 @@ class Batch:
     def body(self) -> bytes:
         return b"[" + self.data + b"]"
 
-    def split(self) -> tuple[Batch, Batch]:
+    def split(self) -> tuple[EventBatch, EventBatch]:
         """Two batches of half the events each, in order (a server that limits the rate
         may refuse a batch bigger than what it allows in its window, for ever)."""
         events = orjson.loads(self.body())
-        halves = (Batch(self.queue), Batch(self.queue))
+        halves = (EventBatch(self.queue), EventBatch(self.queue))
         for i, event in enumerate(events):
             halves[i >= len(events) // 2].add(
                 event, event["resource"]["prefect.state-type"] in FINAL_TYPES)

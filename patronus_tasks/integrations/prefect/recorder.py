@@ -37,7 +37,7 @@ from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
-from patronus_tasks.integrations.prefect.events import RUNNING, Batch, Call, EventFormat, State
+from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
 
 logger = logging.getLogger("patronus_tasks.records")
@@ -85,7 +85,7 @@ class TaskRunRecorder:
         self.format = EventFormat(flow_run_id, tags, parent_task_run_id)
         self.share = max(1, share)  # recorders posting to the server at once, this one included
         self.on_progress = on_progress
-        self._queues: tuple[deque[Batch], ...] = (deque(), deque(), deque())
+        self._queues: tuple[deque[EventBatch], ...] = (deque(), deque(), deque())
         self._logs: deque[dict[str, Any]] = deque()
         self._lock = threading.Lock()
         self._buffered = 0  # bytes of the events waiting in the queues
@@ -129,7 +129,7 @@ class TaskRunRecorder:
         with self._lock:
             batches = self._queues[queue]
             if not batches or batches[-1].count >= self._batch_size():
-                batches.append(Batch(queue))
+                batches.append(EventBatch(queue))
                 if len(batches) > 1:
                     self._poke()
             self._buffered += batches[-1].add(event, final)
@@ -233,7 +233,7 @@ class TaskRunRecorder:
             except Exception as exc:
                 logger.warning("could not note Prefect's progress: %s", exc)
 
-    def _take(self, flush: bool) -> Batch | None:
+    def _take(self, flush: bool) -> EventBatch | None:
         """The next batch to post: one to send again, else a full one (rows first), else,
         when ``flush``, a partly filled one."""
         with self._lock:
@@ -247,7 +247,7 @@ class TaskRunRecorder:
             self._buffered -= len(batch.data)
             return batch
 
-    def _put_back(self, batches: list[Batch]) -> None:
+    def _put_back(self, batches: list[EventBatch]) -> None:
         """Post these first next time, oldest first: posted before, to be sent again, or
         taken and not posted, back where they waited."""
         with self._lock:
@@ -311,7 +311,7 @@ class _Poster:
             r.backlog.add(batch)
             r.pace.took(batch.count)
 
-    async def _send(self, batch: Batch) -> bool:
+    async def _send(self, batch: EventBatch) -> bool:
         try:
             body = batch.body() if not batch.posts else await still_needed(self.client, batch)
             if body is not None:
