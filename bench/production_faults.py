@@ -1,8 +1,9 @@
 """The production stack's fault scenario at full size, run by hand: two experiment
-processes x 1,000 rows (4,000 task runs) against `patronus-tasks server up --production`
-(PostgreSQL, Valkey, 2 API processes, services apart), one API process killed when the
-server holds 1/8 of the task runs and Redis killed and started again at 1/2; then every
-row and every task run is checked, each once. It is tests/test_stack.py's scenario (the
+processes x 1,000 rows (a task and two evaluators: 6,000 task runs) against
+`patronus-tasks server up --production` (PostgreSQL, Valkey, 2 API processes, services
+apart), one API process killed once the server holds 1/8 of the task runs, Redis killed
+and started again once both experiments have returned and it holds half; then every row
+and every task run is checked, each once. It is tests/test_stack.py's scenario (the
 suite runs it with 300 rows), run here with PATRONUS_STACK_ROWS:
 
     .venv/bin/python bench/production_faults.py [ROWS]      # default 1000

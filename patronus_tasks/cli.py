@@ -256,9 +256,9 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                   help="Carry Prefect's events through Redis (prefect-redis), the background "
                   "services in a process of their own: `local` or a URL (redis://host:6379/0). "
                   "Needs --postgres.")] = None,
-              api_processes: Annotated[int, typer.Option(
+              api_processes: Annotated[int | None, typer.Option(
                   help="API server processes on --port (more than 1 needs --postgres and "
-                  "--redis).")] = 1,
+                  "--redis). Default 1; 2 with --production.")] = None,
               production: Annotated[bool, typer.Option(
                   "--production", help="Prefect's scaled topology on this machine: "
                   "--postgres local --redis local --api-processes 2 (each may be given "
@@ -277,8 +277,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
         raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
     if production:
         postgres, redis = postgres or _stack.LOCAL, redis or _stack.LOCAL
-        api_processes = api_processes if api_processes > 1 else 2
-    topology = _stack.Topology(postgres, redis, api_processes)
+    topology = _stack.Topology(postgres, redis, api_processes or (2 if production else 1))
     try:
         stack = _stack.up(Path.cwd(), home, port, topology=topology, deploy=deploy,
                           worker=worker, nice=nice)

@@ -18,7 +18,6 @@ never a password); `down` stops each by its pid, `status` tells which run.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from patronus_tasks.record.location import redact
 from patronus_tasks.settings import SERVER_NICE
 
 from . import broker, database, servers
-from .processes import Proc, alive, answers, port_taken, spawn, stop, wait_for
+from .processes import Proc, alive, answers, port_taken, stop
 from .servers import POOL
 
 __all__ = ["LOCAL", "POOL", "SERVER_NICE", "ProcStatus", "Stack", "Topology", "alive", "down",
@@ -227,18 +226,18 @@ def _running(proc: Proc) -> bool:
     return bool(parts.hostname) and answers(parts.hostname or "", parts.port or default)
 
 
-def restart(home: Path, role: str, timeout: float = 60.0) -> Proc:
-    """Stop the local PostgreSQL or Redis (``role``) if it runs and start it again as it
-    was (same command line, port and data), once it answers."""
+def restart(home: Path, role: str) -> Proc:
+    """Stop the local PostgreSQL or Redis (``role``) if it runs and start it again on the
+    same port and data, once it answers."""
     stack = Stack.load(home.resolve())
     proc = stack.get(role) if stack else None
-    if stack is None or proc is None or proc.external or role not in _READY:
+    if stack is None or proc is None or proc.external or role not in _LOCAL_STARTS:
         raise ConfigError(f"no local {role} recorded in {home} to restart")
     stop(proc)
-    spawn(proc, dict(os.environ), Path(stack.home), SERVER_NICE)
-    wait_for(lambda: _READY[role](proc.url), proc, timeout, role)
+    again = _LOCAL_STARTS[role](Path(stack.home), proc.nice, urlsplit(proc.url).port)
+    stack.procs[stack.procs.index(proc)] = again
     stack.save()
-    return proc
+    return again
 
 
-_READY = {"postgres": database.ready, "redis": broker.answers_ping}
+_LOCAL_STARTS = {"postgres": database.start_local, "redis": broker.start_local}

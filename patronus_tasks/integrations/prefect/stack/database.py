@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import redact, scrub
 
-from .processes import Proc, free_port, spawn, wait_for
+from .processes import Proc, alive, free_port, spawn, wait_for
 
 DATABASE = "prefect"
 #: Prefect's API processes share state through PostgreSQL 14.9 or newer.
@@ -86,6 +86,7 @@ def start_local(home: Path, nice: int, port: int | None = None) -> Proc:
     if not (data / "PG_VERSION").exists():
         _initdb(prefix, bin_dir, data, home / "postgres.log")
     port = port or free_port()
+    _clear_stale_lock(data)
     settings = [arg for s in SETTINGS for arg in ("-c", s)]
     proc = Proc("postgres", url=f"postgresql+asyncpg://postgres@127.0.0.1:{port}/{DATABASE}",
                 argv=[*prefix, str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1",
@@ -94,6 +95,20 @@ def start_local(home: Path, nice: int, port: int | None = None) -> Proc:
     spawn(proc, dict(os.environ), home, nice)
     wait_for(lambda: ready(proc.url), proc, 60, "PostgreSQL")
     return proc
+
+
+def _clear_stale_lock(data: Path) -> None:
+    """Remove the lock file of a server that died (killed, or the machine restarted).
+
+    PostgreSQL checks it itself, but takes a dead server's zombie (where init reaps late)
+    for a live one and refuses to start."""
+    lock = data / "postmaster.pid"
+    try:
+        pid = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if not alive(pid):
+        lock.unlink(missing_ok=True)
 
 
 def _initdb(prefix: list[str], bin_dir: Path, data: Path, log: Path) -> None:

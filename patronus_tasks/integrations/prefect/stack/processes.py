@@ -33,6 +33,7 @@ class Proc:
     #: every client to go. Signalled alone: its own children must not get SIGINT.
     stop_signal: int = signal.SIGTERM
     signal_group: bool = True
+    nice: int = 0  # steps below normal CPU priority
 
     @property
     def external(self) -> bool:
@@ -41,6 +42,7 @@ class Proc:
 
 def spawn(proc: Proc, env: dict[str, str], cwd: Path, nice: int = 0) -> Proc:
     """Start ``proc.argv`` (its output appended to ``proc.log``) and record its pid."""
+    proc.nice = nice
     with Path(proc.log).open("ab") as out:
         child = subprocess.Popen(proc.argv, env=env, cwd=cwd, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -88,16 +90,13 @@ def stop(proc: Proc, grace: float = 15.0) -> None:
     """Ask ``proc`` to stop, kill its whole process group if still up after ``grace``."""
     if proc.pid is None:
         return
-    try:
-        if proc.signal_group:
-            os.killpg(proc.pid, proc.stop_signal)
-        else:
-            os.kill(proc.pid, proc.stop_signal)
-    except ProcessLookupError:
-        return
+    with contextlib.suppress(ProcessLookupError):
+        (os.killpg if proc.signal_group else os.kill)(proc.pid, proc.stop_signal)
     deadline = time.monotonic() + grace
     while alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
+    # What is left of its group: all of it after ``grace``, or the children of one that
+    # died (a killed PostgreSQL's backends would keep its shared memory from a new one).
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
 
