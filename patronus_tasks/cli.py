@@ -273,8 +273,6 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
     from patronus_tasks.exceptions import PatronusTasksError
     from patronus_tasks.integrations.prefect import stack as _stack
 
-    if _stack.Stack.load(home.resolve()) is not None:
-        raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
     if production:
         postgres, redis = postgres or _stack.LOCAL, redis or _stack.LOCAL
     topology = _stack.Topology(postgres, redis, api_processes or (2 if production else 1))

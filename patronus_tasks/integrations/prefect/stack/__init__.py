@@ -124,6 +124,9 @@ def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topo
     topology.check()
     home = home.resolve()
     home.mkdir(parents=True, exist_ok=True)
+    if Stack.load(home) is not None:
+        raise ConfigError(f"a stack is already recorded in {home}; run `patronus-tasks "
+                          "server down` first")
     if port_taken(port):
         raise ConfigError(f"port {port} on 127.0.0.1 is taken: stop what listens there, "
                           "or choose another with --port")
