@@ -37,8 +37,12 @@ SERVERS = ["builtin", "up", "production1", "production2"]
 class Server:
     kind: str
     api_url: str
-    pids: list[int]
+    roles: dict[str, list[int]]  # its processes by role (postgres, redis, api, services)
     stop: Callable[[], None]
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for pids in self.roles.values() for pid in pids]
 
 
 def port() -> int:
@@ -58,8 +62,10 @@ def start(kind: str, home: Path) -> Server:
                 "production2": stack.Topology.production(2)}[kind]
     started = stack.up(ROOT, home, port(), topology=topology, deploy=False, worker=False,
                        nice=nice())
-    return Server(kind, started.api_url, [p.pid for p in started.procs if p.pid],
-                  lambda: stack.down(home) and None)
+    roles: dict[str, list[int]] = {}
+    for proc in started.procs:
+        roles.setdefault(proc.role, []).extend([proc.pid] if proc.pid else [])
+    return Server(kind, started.api_url, roles, lambda: stack.down(home) and None)
 
 
 def _builtin(home: Path) -> Server:
@@ -77,7 +83,7 @@ def _builtin(home: Path) -> Server:
         api.terminate()
         api.wait(20)
 
-    return Server("builtin", api_url, [api.pid], stop)
+    return Server("builtin", api_url, {"api": [api.pid]}, stop)
 
 
 def _lower(nice: int) -> Any:
