@@ -1,9 +1,12 @@
 """Throughput, CPU, memory and record-visibility benchmark: run by hand, not by the tests.
 
     .venv/bin/python bench/bench.py                 # every scenario (several minutes)
-    .venv/bin/python bench/bench.py --scenario c16  # c16, c64, c256, taskless, startup
+    .venv/bin/python bench/bench.py --scenario c16  # c16, c64, c256, taskless, record, startup
+    .venv/bin/python bench/bench.py --scenario record --server builtin --server production2
 
-Starts a Prefect server on 127.0.0.1 (tuned as `patronus-tasks server up` does) and, per
+Starts a Prefect server on 127.0.0.1 (tuned as `patronus-tasks server up` does; `--server`
+chooses which, servers.py: one SQLite server, `server up`'s, or the production stack
+with 1 or 2 API processes, each in turn) and, per
 scenario, a model stand-in (OpenAI-compatible, answering after L), then runs each mode in
 its own process over the same rows: `plain` (a bare asyncio loop making the same calls:
 the limit), `prefect` (this project's default: calls in asyncio, each recorded as its own
@@ -31,8 +34,8 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from patronus_tasks.integrations.prefect.stack import SERVER_NICE  # noqa: E402
-from patronus_tasks.settings import SERVER_DEFAULTS  # noqa: E402
+import recording  # noqa: E402
+from servers import SERVERS, Server, settle, start, tree_cpu  # noqa: E402
 
 #: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
 #: measured when this Python exists.
@@ -44,6 +47,10 @@ SCENARIOS = {
     "c256": {"rows": 20000, "concurrency": 256, "latency": 0.05, "modes": MODES},
     "taskless": {"rows": 100_000, "concurrency": 64, "latency": 0.0,
                  "modes": ["plain", "local", "prefect"], "taskless": True},
+    # Recording throughput: 2 processes at once, each 1,000 taskless rows of 2 evaluators
+    # (4,000 task runs), rows fast: the server's pace is the measure (recording.py).
+    "record": {"rows": 1000, "processes": 2, "concurrency": 64, "latency": 0.0,
+               "modes": ["prefect"], "taskless": True},
 }
 
 
@@ -85,42 +92,6 @@ def start_model_server(latency: float) -> tuple[str, subprocess.Popen[bytes]]:
     return f"http://127.0.0.1:{port}/v1", proc
 
 
-def start_prefect(home: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    api_port = _port()
-    env = {**os.environ, **SERVER_DEFAULTS, "PREFECT_HOME": str(home)}
-    env.pop("PREFECT_API_URL", None)
-    nice = int(os.environ.get("BENCH_SERVER_NICE", SERVER_NICE))  # as `server up` does
-    log = (home / "server.log").open("ab")  # read it for "dropping" if records go missing
-    api = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
-                            "127.0.0.1", "--port", str(api_port)], env=env,
-                           stdout=log, stderr=subprocess.STDOUT,
-                           preexec_fn=_lower(nice))
-    api_url = f"http://127.0.0.1:{api_port}/api"
-    _wait(f"{api_url}/health", api)
-    return api_url, api
-
-
-def _lower(nice: int) -> Any:
-    if os.environ.get("BENCH_SERVER_IDLE"):  # experiment: SCHED_IDLE instead of nice
-        return lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    return (lambda: os.nice(nice)) if nice else None
-
-
-def tree_cpu(proc: subprocess.Popen[bytes]) -> float:
-    """CPU seconds used so far by a server process and its children."""
-    import psutil
-
-    root = psutil.Process(proc.pid)
-    total = 0.0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            times = p.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def _patronus_args(scenario: dict[str, Any], url: str, standin: str) -> list[str]:
     return [str(PATRONUS_PYTHON), str(HERE / "patronus_sdk_workload.py"), "--rows",
             str(scenario["rows"]), "--concurrency", str(scenario["concurrency"]), "--url", url,
@@ -128,11 +99,12 @@ def _patronus_args(scenario: dict[str, Any], url: str, standin: str) -> list[str
 
 
 def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
-             procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+             procs: list[list[int]]) -> dict[str, Any]:
     if mode == "patronus":  # its API stand-in takes the Prefect server's column
         standin, proc = start_standin()
         try:
-            return _measure(mode, _patronus_args(scenario, url, standin), {}, [procs[0], proc])
+            return _measure(mode, _patronus_args(scenario, url, standin), {},
+                            [procs[0], [proc.pid]])
         finally:
             proc.terminate()
             proc.wait(20)
@@ -146,7 +118,7 @@ def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
 
 
 def _measure(mode: str, args: list[str], env: dict[str, str],
-             procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+             procs: list[list[int]]) -> dict[str, Any]:
     env = {**os.environ, **env}
     before = [tree_cpu(p) for p in procs]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
@@ -161,17 +133,6 @@ def _measure(mode: str, args: list[str], env: dict[str, str],
     return result
 
 
-def settle(proc: subprocess.Popen[bytes], window: float = 2.0, idle: float = 0.05,
-           timeout: float = 300) -> None:
-    """Wait until ``proc`` (and its children) used under ``idle`` of a core for ``window``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = tree_cpu(proc)
-        time.sleep(window)
-        if tree_cpu(proc) - before < idle * window:
-            return
-
-
 def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
     rows, c = scenario["rows"], scenario["concurrency"]
     calls_per_row, latency = 0 if scenario.get("taskless") else 2, scenario["latency"]
@@ -182,7 +143,7 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
           + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
     print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
           f"{'framework':>9} {'rss MB':>7} {'rows vis s':>10} {'visible s':>9} {'model srv':>9} "
-          f"{'prefect srv':>11}")
+          f"{'prefect srv':>11} {'rec/s':>6}")
     for r in results:
         if "error" in r:
             print(f"{r['mode']:8} failed: {r['error']}")
@@ -198,7 +159,15 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
             visible = f"{r['missing']} lost"
         print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
               f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {rows_visible:>10} {visible:>9} "
-              f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f}")
+              f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f} "
+              f"{recorded_per_second(r):>6}")
+
+
+def recorded_per_second(r: dict[str, Any]) -> str:
+    """Task runs recorded per second: every call's, from the start until all were visible."""
+    if not r.get("calls") or r.get("visible_after") is None:
+        return "-"
+    return f"{(r['calls'] - r.get('missing', 0)) / (r['wall'] + r['visible_after']):.0f}"
 
 
 def startup(api_home: Path) -> None:
@@ -252,41 +221,48 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", choices=[*SCENARIOS, "startup", "fixed"], action="append")
     parser.add_argument("--modes", help="comma-separated modes to run (plain always runs)")
-    parser.add_argument("--home", help="PREFECT_HOME of the Prefect server (default: a fresh "
-                        "temporary directory: a database grown by earlier runs slows it down)")
-    chosen = parser.parse_args().scenario or ["fixed", *SCENARIOS, "startup"]
-    home = Path(parser.parse_args().home or tempfile.mkdtemp(prefix="bench-prefect-"))
-    home.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; Prefect server "
-          f"log: {home / 'server.log'}")
-    api_url, api = start_prefect(home)
-    try:
-        for name in chosen:
-            if name == "startup":
-                startup(home)
-                continue
-            if name == "fixed":
-                fixed_cost(api_url)
-                continue
-            run_scenario(name, SCENARIOS[name], api_url, api, parser.parse_args().modes)
-    finally:
-        api.terminate()
-        api.wait(20)
+    parser.add_argument("--server", choices=SERVERS, action="append",
+                        help="the Prefect server to record to (servers.py; several: each in "
+                        "turn, every scenario on each; default builtin)")
+    parser.add_argument("--home", help="where the Prefect servers keep their state, a folder "
+                        "per server (default: fresh temporary directories: a database grown "
+                        "by earlier runs slows it down)")
+    args = parser.parse_args()
+    chosen = args.scenario or ["fixed", *SCENARIOS, "startup"]
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    if "startup" in chosen:
+        startup(Path(tempfile.mkdtemp(prefix="bench-startup-")))
+    for kind in args.server or ["builtin"]:
+        home = Path(args.home) / kind if args.home else Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+        home.mkdir(parents=True, exist_ok=True)
+        print(f"\n#### server: {kind} (its state and logs in {home})")
+        server = start(kind, home)
+        try:
+            for name in (n for n in chosen if n != "startup"):
+                if name == "fixed":
+                    fixed_cost(server.api_url)
+                    continue
+                run_scenario(name, SCENARIOS[name], server, args.modes)
+        finally:
+            server.stop()
 
 
-def run_scenario(name: str, scenario: dict[str, Any], api_url: str,
-                 api: subprocess.Popen[bytes], wanted: str | None) -> None:
+def run_scenario(name: str, scenario: dict[str, Any], server: Server, wanted: str | None) -> None:
+    settle(server.pids)  # a server still busy with an earlier scenario would slow this one
+    if scenario.get("processes"):
+        recording.run(f"{name} on {server.kind}", scenario, server)
+        return
     modes = [m for m in scenario["modes"]
              if (not wanted or m == "plain" or m in wanted.split(","))
              and (m != "patronus" or PATRONUS_PYTHON.exists())]
     url, model = start_model_server(scenario["latency"])
-    settle(api)  # a server still busy with an earlier scenario would slow this one
     try:
-        results = [run_mode(m, scenario, url, api_url, [model, api]) for m in modes]
+        results = [run_mode(m, scenario, url, server.api_url, [[model.pid], server.pids])
+                   for m in modes]
     finally:
         model.terminate()
         model.wait(20)
-    report(name, scenario, results)
+    report(f"{name} on {server.kind}", scenario, results)
 
 
 if __name__ == "__main__":

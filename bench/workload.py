@@ -172,7 +172,8 @@ def main() -> None:
     if flow_run_id and not args.taskless:
         rows_at = asyncio.run(_rows_visible_at(flow_run_id, "call_model"))
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"mode": args.mode, "wall": rows_done - t0, "cpu": cpu, "rss_mb": rss_mb,
+    print(json.dumps({"mode": args.mode, "started": t0, "wall": rows_done - t0, "cpu": cpu,
+                      "rss_mb": rss_mb,
                       "visible_after": visible - rows_done if flow_run_id else None,
                       "rows_visible_after": None if rows_at is None else rows_at - rows_done,
                       "flow_run_id": flow_run_id, "calls": calls, "missing": missing}))

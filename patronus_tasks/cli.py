@@ -261,52 +261,93 @@ def main() -> None:
     app()
 
 
-server = typer.Typer(help="A local Prefect stack: server, work pool, deployments, worker.",
-                     no_args_is_help=True)
+server = typer.Typer(help="A Prefect stack on this machine: server (or Prefect's scaled topology: "
+                     "PostgreSQL, Redis, several API processes, services apart), work pool, "
+                     "deployments, worker.", no_args_is_help=True)
 app.add_typer(server, name="server")
-Home = Annotated[Path, typer.Option("--home", help="Where the server's database, logs and "
+Home = Annotated[Path, typer.Option("--home", help="Where the stack's databases, logs and "
                                     "process ids live.")]
 
 
 @server.command("up")
 def server_up(home: Home = Path(".prefect"), port: int = 4200,
+              postgres: Annotated[str | None, typer.Option(
+                  help="Keep Prefect's state in PostgreSQL: `local` (a server started here, "
+                  "its data in --home) or a URL (postgresql+asyncpg://user:pass@host:5432/db). "
+                  "Default: SQLite in --home.")] = None,
+              redis: Annotated[str | None, typer.Option(
+                  help="Carry Prefect's events through Redis (prefect-redis), the background "
+                  "services in a process of their own: `local` or a URL (redis://host:6379/0). "
+                  "Needs --postgres.")] = None,
+              api_processes: Annotated[int | None, typer.Option(
+                  help="API server processes on --port (more than 1 needs --postgres and "
+                  "--redis). Default 1; 2 with --production.")] = None,
+              production: Annotated[bool, typer.Option(
+                  "--production", help="Prefect's scaled topology on this machine: "
+                  "--postgres local --redis local --api-processes 2 (each may be given "
+                  "too).")] = False,
               deploy: Annotated[bool, typer.Option(help="Deploy prefect.yaml.")] = True,
               worker: Annotated[bool, typer.Option(help="Start a process worker.")] = True,
               nice: Annotated[int, typer.Option(
-                  help="Run the server this many steps below normal CPU priority, so "
+                  help="Run the server side this many steps below normal CPU priority, so "
                   "recording rows never slows the rows (0: same priority).")] = 10) -> None:
-    """Start a Prefect server on 127.0.0.1, create the pool, deploy, start a worker."""
-    from patronus_tasks.exceptions import ExperimentError
+    """Start a Prefect server on 127.0.0.1 (or its scaled topology), create the pool,
+    deploy, start a worker."""
+    from patronus_tasks.exceptions import PatronusTasksError
     from patronus_tasks.integrations.prefect import stack as _stack
 
-    if _stack.Stack.load(home.resolve()) is not None:
-        raise _usage(f"a stack is already recorded in {home}; run `patronus-tasks server down`")
+    if production:
+        postgres, redis = postgres or _stack.LOCAL, redis or _stack.LOCAL
+    topology = _stack.Topology(postgres, redis, api_processes or (2 if production else 1))
     try:
-        stack = _stack.up(Path.cwd(), home, port, deploy=deploy, worker=worker, nice=nice)
-    except ExperimentError as exc:
+        stack = _stack.up(Path.cwd(), home, port, topology=topology, deploy=deploy,
+                          worker=worker, nice=nice)
+    except PatronusTasksError as exc:
         raise _usage(str(exc)) from None
-    typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}\n"
-               f"server pid {stack.server_pid}, worker pid {stack.worker_pid}; logs in {stack.home}\n"
+    typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}")
+    _print_status(_stack.status(home) or [])
+    typer.echo(f"logs in {stack.home}\n"
                f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
+
+
+def _print_status(rows: list[Any]) -> None:
+    for row in rows:
+        pid = "-" if row.pid is None else str(row.pid)
+        state = ("running" if row.running else "stopped") if row.pid is not None else \
+            ("answers" if row.running else "does not answer")
+        typer.echo(f"  {row.role:<12} {pid:>8}  {state:<15} {row.url}".rstrip())
 
 
 @server.command("down")
 def server_down(home: Home = Path(".prefect")) -> None:
-    """Stop the worker and server that `server up` started."""
+    """Stop every process that `server up` started, each by its process id."""
     from patronus_tasks.integrations.prefect import stack as _stack
 
     stack = _stack.down(home)
-    typer.echo("nothing to stop" if stack is None else
-               f"stopped server {stack.server_pid} and worker {stack.worker_pid}")
+    if stack is None:
+        typer.echo("nothing to stop")
+        return
+    started = [p for p in stack.procs if p.pid is not None]
+    typer.echo("stopped " + ", ".join(f"{p.role} {p.pid}" for p in started))
 
 
 @server.command("status")
-def server_status(home: Home = Path(".prefect")) -> None:
-    """Whether the stack's server and worker are running."""
+def server_status(home: Home = Path(".prefect"), as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON list: role, pid, running, url.")] = False) -> None:
+    """Every process of the stack: role, pid, running or not, URL. Exit 1 when one is
+    not running (or no stack is recorded)."""
+    import dataclasses
+    import json
+
     from patronus_tasks.integrations.prefect import stack as _stack
 
     found = _stack.status(home)
     if found is None:
         typer.echo("no stack recorded")
         raise typer.Exit(1)
-    typer.echo("  ".join(f"{k}: {'running' if v else 'stopped'}" for k, v in found.items()))
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(row) for row in found], indent=2))
+    else:
+        _print_status(found)
+    if not all(row.running for row in found):
+        raise typer.Exit(1)

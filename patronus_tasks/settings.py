@@ -38,6 +38,24 @@ BUILT_IN_SERVER_OFF = {
 PERSISTER_SETTING = "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED"
 
 
+#: What routes a Prefect server's events, event cache, causal ordering, concurrency leases
+#: and background-work queue (Docket) through Redis, by ``prefect-redis`` (Prefect's guide
+#: "How to scale self-hosted Prefect"): what lets several API processes and a services
+#: process apart from them work as one server. The Redis URL goes with them (`redis_settings`).
+REDIS_MODULES = {
+    "PREFECT_MESSAGING_BROKER": "prefect_redis.messaging",
+    "PREFECT_MESSAGING_CACHE": "prefect_redis.messaging",
+    "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING": "prefect_redis.ordering",
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect_redis.lease_storage",
+}
+
+
+def redis_settings(url: str) -> dict[str, str]:
+    """The server settings for Redis at ``url`` (messaging and Docket on the same database:
+    managed Redis services often have database 0 only; Docket's keys have a prefix)."""
+    return {**REDIS_MODULES, "PREFECT_REDIS_MESSAGING_URL": url, "PREFECT_SERVER_DOCKET_URL": url}
+
+
 #: CPU priority of the servers this package starts (Unix ``nice``). Recording a call costs
 #: a server ~3.5 ms of CPU, several times what the call costs the experiment: on a shared
 #: machine, at equal priority, it slows the rows it records (0.73 of a plain loop at C=16

@@ -23,7 +23,8 @@ def _needs_server(item: pytest.Item) -> bool:
 
 #: Modules that one xdist worker runs whole: their tests share what a module-scoped fixture
 #: starts (a stack, a built-in server's home), which a second worker would start again.
-WHOLE_MODULES = frozenset({"tests/test_deployment.py", "tests/test_main_job.py"})
+WHOLE_MODULES = frozenset({"tests/test_deployment.py", "tests/test_main_job.py",
+                           "tests/test_stack.py"})
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -25,7 +25,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.deployments import run_deployment
 
-from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, _alive
+from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, alive
 
 from .conftest import ROOT
 from .prefect_servers import api_of, copy_database, free_port
@@ -58,7 +58,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, prefect_template_db: Path) -
     finally:
         down = _cli("down", "--home", str(home))
         assert down.returncode == 0, down.stderr
-        assert not _alive(started.server_pid) and not _alive(started.worker_pid or 0)
+        assert not alive(started.server_pid) and not alive(started.worker_pid or 0)
         assert Stack.load(home) is None
 
 

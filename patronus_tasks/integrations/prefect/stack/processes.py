@@ -1,0 +1,160 @@
+"""The stack's processes: each started in a session of its own, recorded, found and
+stopped by its process id."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patronus_tasks.exceptions import ExperimentError
+
+
+@dataclass
+class Proc:
+    """One process of the stack, or (``pid`` None) a server it uses but did not start.
+
+    ``url`` is what it serves, never with a password (`redact`); ``argv`` how it was
+    started (never a secret: those go through the environment), so that a local
+    PostgreSQL or Redis can be started again as it was (`restart`)."""
+
+    role: str
+    pid: int | None = None
+    url: str = ""
+    argv: list[str] = field(default_factory=list)
+    log: str = ""
+    #: PostgreSQL stops at once (and cleanly) on SIGINT; on SIGTERM it would wait for
+    #: every client to go. Signalled alone: its own children must not get SIGINT.
+    stop_signal: int = signal.SIGTERM
+    signal_group: bool = True
+    nice: int = 0  # steps below normal CPU priority
+
+    @property
+    def external(self) -> bool:
+        return self.pid is None
+
+
+def spawn(proc: Proc, env: dict[str, str], cwd: Path, nice: int = 0) -> Proc:
+    """Start ``proc.argv`` (its output appended to ``proc.log``) and record its pid."""
+    proc.nice = nice
+    with Path(proc.log).open("ab") as out:
+        child = subprocess.Popen(proc.argv, env=env, cwd=cwd, stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, preexec_fn=_niceness(nice))
+    proc.pid = child.pid
+    return proc
+
+
+def _niceness(nice: int) -> Callable[[], None] | None:
+    if nice <= 0 or not hasattr(os, "nice"):
+        return None
+
+    def lower() -> None:  # runs in the child, before it starts
+        os.nice(nice)
+
+    return lower
+
+
+def alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as gone: not every init reaps at once)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return False  # a child of this process, reaped now
+    except ChildProcessError:
+        pass
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:  # "pid (name) state ...": the name may hold spaces and parentheses
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop(proc: Proc, grace: float = 15.0) -> None:
+    """Ask ``proc`` to stop, kill its whole process group if still up after ``grace``."""
+    if proc.pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        (os.killpg if proc.signal_group else os.kill)(proc.pid, proc.stop_signal)
+    deadline = time.monotonic() + grace
+    while alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # What is left of its group: all of it after ``grace``, or the children of one that
+    # died (a killed PostgreSQL's backends would keep its shared memory from a new one).
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (Linux; elsewhere none are known)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def command_line(pid: int) -> str:
+    """``pid``'s command line, or "" when it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something already listens on ``host:port``."""
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether a TCP server accepts connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(ready: Callable[[], bool], proc: Proc, timeout: float, what: str) -> None:
+    """Wait until ``ready()``; a clear error if ``proc`` exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(proc.pid):
+            raise ExperimentError(f"{what} exited while starting; see {proc.log}:\n"
+                                  + _tail(proc.log))
+        if ready():
+            return
+        time.sleep(0.2)
+    raise ExperimentError(f"{what} was not ready within {timeout:.0f} s; see {proc.log}")
+
+
+def _tail(log: str, chars: int = 1500) -> str:
+    try:
+        return Path(log).read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""

@@ -1,0 +1,213 @@
+"""Prefect's production stack, started and tested for real: `patronus-tasks server up
+--production` starts PostgreSQL and Valkey (the `stack` extra's wheels, as root too), the
+database migrated once, the API in two processes on one port and the background services
+in a process of their own. Two experiments at once keep every row and every task run,
+none doubled, while one API process is killed (the other serving) and Redis is killed
+and started again, each when the server has recorded so many task runs. Then `status`
+and `down`; and a missing piece is a clear error that leaves nothing running.
+
+``PATRONUS_STACK_ROWS`` sets the rows per experiment: 300 in the suite (kept lean),
+1,000 by bench/production_faults.py (the figures in bench/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.integrations.prefect.stack import (
+    LOCAL,
+    Stack,
+    Topology,
+    alive,
+    restart,
+    status,
+    up,
+)
+from patronus_tasks.integrations.prefect.stack.servers import api_processes
+from patronus_tasks.results import load_experiment
+
+from .conftest import ROOT
+from .prefect_servers import free_port
+
+# Whole by one worker (conftest.WHOLE_MODULES): its tests share one stack, in this order.
+pytestmark = pytest.mark.heavy
+
+HERE = Path(__file__).resolve().parent
+ROWS = int(os.environ.get("PATRONUS_STACK_ROWS", "300"))
+CALLS = 3 * ROWS  # per experiment: the task and both evaluators of every row
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return subprocess.run([sys.executable, "-m", "patronus_tasks", "server", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+#: What `server up` printed (its table of processes, as `server status` shows it).
+_SHOWN: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("production")
+    # The server side at the tests' priority: niced, it would wait behind the other tests.
+    started = _cli("up", "--home", str(home), "--port", str(free_port()), "--production",
+                   "--no-deploy", "--no-worker", "--nice", "0")
+    assert started.returncode == 0, started.stdout + started.stderr
+    stack = Stack.load(home)
+    assert stack is not None
+    _SHOWN["up"] = started.stdout
+    try:
+        yield stack
+    finally:
+        if Stack.load(home) is not None:  # test_status_then_down did not get there
+            _cli("down", "--home", str(home))
+
+
+def _experiment(api_url: str, tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(tmp_path / name)}
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "stack_experiment.py"), str(tmp_path / "results"), name,
+         str(ROWS)], env=env, stdout=subprocess.PIPE, stderr=(tmp_path / f"{name}.err").open("w"),
+        text=True)
+
+
+def _recorded(api_url: str) -> int:
+    """Task runs the server holds, all flow runs together."""
+    return int(httpx.post(f"{api_url}/task_runs/count", json={}, timeout=10).json())
+
+
+def _when_recorded(api_url: str, at_least: int, running: list[subprocess.Popen[str]],
+                   timeout: float = 180) -> int:
+    """Wait until the server holds ``at_least`` task runs; how many it held then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert all(p.poll() in (None, 0) for p in running), "an experiment process failed"
+        with_count = _recorded(api_url)
+        if with_count >= at_least:
+            return with_count
+        time.sleep(0.2)
+    raise AssertionError(f"the server held under {at_least} task runs after {timeout} s")
+
+
+def _when_returned(results: Path, names: tuple[str, ...], running: list[subprocess.Popen[str]],
+                   timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not all((results / f"{n}.returned").exists() for n in names):
+        assert all(p.poll() is None for p in running), "an experiment process ended early"
+        assert time.monotonic() < deadline, f"the experiments did not return in {timeout} s"
+        time.sleep(0.1)
+
+
+def _task_runs(api_url: str, flow_run_id: str) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    while True:
+        page = httpx.post(f"{api_url}/task_runs/filter", timeout=30, json={
+            "flow_runs": {"id": {"any_": [flow_run_id]}}, "sort": "ID_DESC", "limit": 200,
+            "offset": len(runs)}).json()
+        if not page:
+            return runs
+        runs += page
+
+
+def _api_processes(stack: Stack) -> list[int]:
+    api = stack.get("api")
+    assert api is not None
+    return api_processes(api)
+
+
+def test_every_row_and_task_run_kept_through_an_api_process_and_redis_dying(
+        production: Stack, tmp_path: Path) -> None:
+    api = production.api_url
+    running = [_experiment(api, tmp_path, name) for name in ("first", "second")]
+    try:
+        seen = _when_recorded(api, CALLS // 4, running)
+        killed = _api_processes(production)[0]
+        os.kill(killed, signal.SIGKILL)
+        assert httpx.get(f"{api}/health", timeout=10).status_code == 200  # the other serves
+        # Redis goes down once both experiments have returned, their artifacts made: an
+        # artifact posted while Redis is down fails the experiment today (the server
+        # answers 500, Prefect's client does not retry it; nothing is lost).
+        _when_returned(tmp_path / "results", ("first", "second"), running)
+        seen_again = _when_recorded(api, CALLS, running)
+        redis = production.get("redis")
+        assert redis is not None and redis.pid
+        os.kill(redis.pid, signal.SIGKILL)
+        restart(Path(production.home), "redis")
+        outs = [json.loads(p.communicate(timeout=300)[0].splitlines()[-1]) for p in running]
+    finally:
+        for p in running:
+            p.kill()
+    print(f"task runs recorded when an API process was killed: {seen}, when Redis was: "
+          f"{seen_again} (of {2 * CALLS}); the experiments: {outs}")  # bench/production_faults.py
+    assert seen < 2 * CALLS and seen_again < 2 * CALLS, "not mid-run"
+    assert all(p.returncode == 0 for p in running)
+    sids = range(1, ROWS + 1)
+    names = {f"{step}-{sid}" for step in ("echo", "nonempty", "short") for sid in sids}
+    for out in outs:
+        assert out["recorded"], out
+        runs = _task_runs(api, out["flow_run_id"])
+        assert Counter(r["name"] for r in runs) == Counter(names)  # each once, none doubled
+        assert {r["state_type"] for r in runs} == {"COMPLETED"}
+        frame = load_experiment(out["path"]).to_dataframe()
+        for evaluator in ("nonempty", "short"):  # a record per row and evaluator, each once
+            kept = frame[frame["evaluator_name"] == evaluator]["sid"].astype(int)
+            assert sorted(kept) == list(sids), evaluator
+        assert len(frame) == 2 * ROWS and frame["pass"].all()
+    assert killed not in _api_processes(production)  # replaced (uvicorn's supervisor)
+
+
+def test_status_then_down(production: Stack) -> None:
+    shown = _cli("status", "--home", production.home, "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [r["role"] for r in rows] == ["postgres", "redis", "api", "api process", "api process",
+                                         "services"]
+    assert all(r["running"] and r["pid"] for r in rows)
+    assert rows[0]["url"].startswith("postgresql+asyncpg://postgres@127.0.0.1:")
+    assert rows[1]["url"].startswith("redis://127.0.0.1:") and rows[2]["url"] == production.api_url
+    # For people, `up` showed the same table (but for what was replaced since: the killed
+    # API process, and Redis).
+    assert all(f"{r['pid']}  running" in _SHOWN["up"] for r in rows
+               if r["role"] not in ("api process", "redis"))
+    assert _SHOWN["up"].count("api process") == 2
+    stopped = _cli("down", "--home", production.home)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not any(alive(r["pid"]) for r in rows)
+    assert status(Path(production.home)) is None  # forgotten: `status` says "no stack recorded"
+
+
+def test_a_missing_piece_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    with pytest.raises(ConfigError, match="--api-processes 2 needs --postgres and --redis"):
+        up(ROOT, home, port, topology=Topology(api_processes=2))
+    nobody = free_port()  # nothing listens there
+    given = f"postgresql+asyncpg://prefect:s3cret@127.0.0.1:{nobody}/prefect"
+    with pytest.raises(ConfigError, match=r"PostgreSQL at .* does not answer") as db_error:
+        up(ROOT, home, port, topology=Topology(given, LOCAL, 2))
+    assert "s3cret" not in str(db_error.value) and "Start it" in str(db_error.value)
+    with pytest.raises(ConfigError, match=r"Redis at redis://127\.0\.0\.1:.* does not answer"):
+        up(ROOT, home, port, topology=Topology(LOCAL, f"redis://127.0.0.1:{nobody}/0"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is taken.*--port"):
+            up(ROOT, home, port, topology=Topology.production())
+    assert Stack.load(home) is None and not (home / "postgres").exists()
+    # The command line says it, with the usage exit code.
+    refused = _cli("up", "--home", str(home), "--port", str(port), "--redis", "local")
+    assert refused.returncode == 2 and "--redis needs --postgres" in refused.stderr
