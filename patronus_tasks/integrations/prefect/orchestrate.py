@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import logging
 import sys
+import uuid
 from typing import Any
 
 from patronus_tasks.exceptions import QualityGateError
@@ -72,7 +73,7 @@ def opening(spec: ExperimentSpec, parent: ParentRun | None) -> Opening:
     """The experiment's flow run as the recorder process creates it."""
     started = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     return Opening(
-        key=f"{spec.experiment_id}-{started}", project=spec.project_name,
+        key=uuid.uuid4().hex, project=spec.project_name,  # this run's: a resume is another
         title=f"{spec.project_name}/{spec.experiment_name}",
         flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
         run_name=f"{spec.experiment_name} @ {started}", tags=_tags(spec),
