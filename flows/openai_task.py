@@ -23,7 +23,7 @@ from prefect import flow
 
 from patronus_tasks import Client, Evaluator
 from patronus_tasks.openai import ChatTask, LLMJudge
-from patronus_tasks.prefect import experiment_flow_run_name
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
 
 PASS_CRITERIA = textwrap.dedent(
     """
@@ -84,4 +84,5 @@ def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
 
 
 if __name__ == "__main__":
+    use_built_in_server()  # without PREFECT_API_URL: a fresh machine's first start takes ~20 s
     openai_task()

@@ -21,7 +21,7 @@ from prefect import flow
 from prefect.states import Completed, State
 
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
-from patronus_tasks.prefect import experiment_flow_run_name
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
 
 HERE = Path(__file__).resolve().parent
 SCHEMA = HERE.parent / "datasets" / "text_to_sql" / "shop.sql"
@@ -122,4 +122,5 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
 
 
 if __name__ == "__main__":
+    use_built_in_server()  # without PREFECT_API_URL: a fresh machine's first start takes ~20 s
     text_to_sql_eval()

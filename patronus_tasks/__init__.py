@@ -3,39 +3,72 @@
 Write a ``@task`` (the model call under test) and ``@evaluator``s (how to judge it),
 point them at a dataset, and run it: each experiment is a Prefect flow run, each call
 a task run, and the results a Parquet file you can query.
+
+This module only names things: each is imported from where it lives when first used
+(importing them all took ~0.7 s, which the command line and the recorder process paid
+for names they never use). Nothing happens on import.
 """
 
-from patronus_tasks.integrations.prefect.server_hook import install as _install_local_server
+from __future__ import annotations
 
-# Prefect starts its built-in server for the first API call of a process, a user's own
-# @flow included: this makes that server one that starts on a slow machine (see
-# integrations/prefect/local_server), once Prefect loads its server module. It changes no
-# environment variable.
-_install_local_server()
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from patronus_tasks.api import arun_experiment, run_experiment  # noqa: E402
-from patronus_tasks.client import Client  # noqa: E402
-from patronus_tasks.define.chain import Link, Parent  # noqa: E402
-from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
-from patronus_tasks.define.row import Row  # noqa: E402
-from patronus_tasks.define.simple import simple_evaluator, simple_task  # noqa: E402
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult  # noqa: E402
-from patronus_tasks.define.steps import Evaluator, Task, evaluator, task  # noqa: E402
-from patronus_tasks.exceptions import (  # noqa: E402
-    ConfigError,
-    DatasetError,
-    ExperimentError,
-    InvalidResultError,
-    PatronusTasksError,
-    QualityGateError,
-    RemoteAPIError,
-    UnparseableResponseError,
-)
-from patronus_tasks.integrations.patronus import RemoteEvaluator  # noqa: E402
-from patronus_tasks.results.experiment import Experiment  # noqa: E402
-from patronus_tasks.results.summary import Summary  # noqa: E402
+from patronus_tasks._version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from patronus_tasks.api import arun_experiment, run_experiment
+    from patronus_tasks.client import Client
+    from patronus_tasks.define.chain import Link, Parent
+    from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl
+    from patronus_tasks.define.row import Row
+    from patronus_tasks.define.simple import simple_evaluator, simple_task
+    from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+    from patronus_tasks.define.steps import Evaluator, Task, evaluator, task
+    from patronus_tasks.exceptions import (
+        ConfigError,
+        DatasetError,
+        ExperimentError,
+        InvalidResultError,
+        PatronusTasksError,
+        QualityGateError,
+        RemoteAPIError,
+        UnparseableResponseError,
+    )
+    from patronus_tasks.integrations.patronus import RemoteEvaluator
+    from patronus_tasks.results.experiment import Experiment
+    from patronus_tasks.results.summary import Summary
+
+#: Where each public name lives.
+_HOMES = {
+    "arun_experiment": "api", "run_experiment": "api", "Client": "client",
+    "Link": "define.chain", "Parent": "define.chain",
+    "Dataset": "define.dataset", "load_dataset": "define.dataset", "read_csv": "define.dataset",
+    "read_jsonl": "define.dataset", "Row": "define.row",
+    "simple_evaluator": "define.simple", "simple_task": "define.simple",
+    "EvaluationResult": "define.step_results", "TaskResult": "define.step_results",
+    "Evaluator": "define.steps", "Task": "define.steps", "evaluator": "define.steps",
+    "task": "define.steps",
+    **dict.fromkeys(["ConfigError", "DatasetError", "ExperimentError", "InvalidResultError",
+                     "PatronusTasksError", "QualityGateError", "RemoteAPIError",
+                     "UnparseableResponseError"], "exceptions"),
+    "RemoteEvaluator": "integrations.patronus", "Experiment": "results.experiment",
+    "Summary": "results.summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'patronus_tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"patronus_tasks.{home}"), name)
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 # What the Patronus SDK has at its top level, and the core. The rest lives in named
 # modules, each with its own __all__: patronus_tasks.results (reading, comparing, past

@@ -58,6 +58,9 @@ def _load(name: str, results_dir: str | None) -> Experiment:
 def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise _usage(f"{path}: no such file")
+    from patronus_tasks.integrations.prefect import server_hook
+
+    server_hook.install()  # a flow in the file may start Prefect's built-in server: ours
     sys.path.insert(0, str(path.resolve().parent))
     spec = importlib.util.spec_from_file_location(f"_patronus_run_{path.stem}", path)
     assert spec is not None and spec.loader is not None

@@ -83,6 +83,8 @@ def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_templ
     # Killed outright (no atexit), the process takes its server with it.
     script = ONE_ROW.replace('run_experiment(', 'import os, signal\n'
                              'from prefect.client.orchestration import get_client\n'
+                             'from patronus_tasks.prefect import use_built_in_server\n'
+                             'use_built_in_server()  # a script using Prefect itself opts in\n'
                              'get_client(sync_client=True)  # starts the server\n'
                              'print("up", flush=True)\n'
                              'os.kill(os.getpid(), signal.SIGKILL)\nrun_experiment(')

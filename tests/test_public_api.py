@@ -23,7 +23,7 @@ SURFACE = {
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
-    "patronus_tasks.prefect": {"experiment_flow_run_name"},
+    "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server"},
 }
 
 

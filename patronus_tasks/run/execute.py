@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patronus_tasks._version import __version__
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record import resume as _resume
 from patronus_tasks.record.location import Location
@@ -73,8 +74,6 @@ def _git_commit() -> str | None:
 
 def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.datetime,
               flow_run_id: str | None) -> Manifest:
-    from patronus_tasks import __version__
-
     ended = None if status == "running" else dt.datetime.now(dt.UTC).isoformat()
     return Manifest(
         project=spec.project_name, experiment_name=spec.experiment_name,

@@ -21,6 +21,7 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.results.gates import check_fail_on_error
+from patronus_tasks.run.modes import RECORD_MODES, RecordMode
 from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
 
@@ -29,10 +30,7 @@ from patronus_tasks.settings import default_results_dir
 #: Prefect ``TaskRunner`` (batches through it).
 ReplayMode = Literal["resume", "retry", None]
 BACKENDS = ("prefect", "local", "dask")
-#: Which calls become task runs: all of them, or only those that failed or did not pass
-#: (a server that limits the rate, Prefect Cloud: the rest are counted in the figures).
-RecordMode = Literal["all", "failures"]
-RECORD_MODES = ("all", "failures")
+
 
 
 @dataclass

@@ -7,7 +7,6 @@ carries its headline figures, so the history reads as the nightly figures.
 
 from __future__ import annotations
 
-import re
 import socket
 import warnings
 from collections.abc import Iterable
@@ -21,13 +20,12 @@ from prefect.artifacts import (
     LinkArtifact,
     MarkdownArtifact,
     TableArtifact,
-    aupdate_progress_artifact,
 )
-from prefect.artifacts import ProgressArtifact as _Progress
 
 from patronus_tasks.integrations.prefect import links as _links
 from patronus_tasks.integrations.prefect.display import NOT_PASSED_TAG
 from patronus_tasks.integrations.prefect.events import namespace_of, task_run_id
+from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.experiment import Experiment
@@ -36,35 +34,6 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summ
 FAILURES_SHOWN = 10
 #: Characters of one table cell (explanations, error messages) before the ellipsis.
 CELL_CHARS = 120
-
-
-#: Characters of a key's series part: the UI lists keys in a narrow column.
-KEY_CHARS = 40
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def series_slug(series: str) -> str:
-    """The series as a short key: of ``<flow>/<deployment>/<project>`` the deployment and
-    project (a deployment names its flow's runs), a part another one contains left out
-    (``text-to-sql-nightly/text-to-sql`` is ``text-to-sql-nightly``), at most
-    `KEY_CHARS` characters. Two series that shorten alike are still told apart by the
-    full series each results link carries (`series.previous_run`)."""
-    parts = [_slug(p) for p in series.split("/")]
-    parts = parts[1:] if len(parts) == 3 else parts
-    kept = [p for i, p in enumerate(parts) if p and not any(
-        p in q and (p != q or j < i) for j, q in enumerate(parts) if j != i)]
-    slug = "-".join(kept)
-    if len(slug) > KEY_CHARS:
-        slug = slug[:KEY_CHARS].rsplit("-", 1)[0] if "-" in slug[:KEY_CHARS] else slug[:KEY_CHARS]
-    return slug.strip("-") or "experiment"
-
-
-def artifact_key(series: str, kind: str) -> str:
-    """``<series>-<kind>`` in the lowercase-and-dashes form Prefect requires."""
-    return f"{series_slug(series)}-{kind}"
 
 
 def pct(value: float | None, signed: bool = False) -> str:
@@ -235,24 +204,3 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
     await create(LinkArtifact(link=link, link_text=text, key=artifact_key(series, "results"),
                               description=results_description(title, series), **at),
                  target.client)
-
-
-class ProgressArtifact:
-    """The ``<series>-progress`` artifact: rows completed (%), moved as they are told."""
-
-    def __init__(self, series: str, total: int, flow_run_id: str) -> None:
-        self.key, self.flow_run_id = artifact_key(series, "progress"), flow_run_id
-        self._total = max(total, 1)
-        self._id: Any = None
-        self._shown = -1.0
-
-    async def show(self, done: int, client: Any) -> None:
-        """Show ``done`` rows (made on the first call; unchanged figures are not sent)."""
-        percent = round(100.0 * done / self._total, 2)
-        if self._id is None:
-            made = await create(_Progress(progress=percent, key=self.key, flow_run_id=self.flow_run_id,
-                                          description="rows completed (%)"), client)
-            self._id, self._shown = made.id, percent
-        elif percent != self._shown:
-            await aupdate_progress_artifact(self._id, percent, client=client)
-            self._shown = percent

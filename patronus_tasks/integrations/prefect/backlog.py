@@ -124,11 +124,17 @@ class Backlog:
         return not self.persisting
 
 
-async def still_needed(client: Any, batch: EventBatch) -> bytes | None:
+async def still_needed(client: Any, batch: EventBatch, persisting: bool = True) -> bytes | None:
     """The body to send ``batch`` again with: the events the server does not hold (stored,
-    and for a final state its task run recorded in a final state), under new ids
-    (`EventBatch.renew`: the server drops an id it took lately); None when it holds them all
-    (the next check confirms the batch).
+    and for a final state its task run recorded in a final state; with no event persister,
+    the final states recorded), under new ids (`EventBatch.renew`: the server drops an id it
+    took lately) unless ``batch.keep_ids``; None when it holds them all (the next check
+    confirms the batch).
+
+    Why new ids only when asked: a server merely slow still holds the first copies and
+    records both, each a state of the same task run at the same time (its unique index
+    then fails whole batches, which it retries at length); a restarted one forgot the
+    ids, so the first resend keeps them (`recorder`'s stall), later ones renew them.
 
     Why not all of them: Prefect 3.8's event persister, on SQLite, fails a whole flush when
     every event of it is stored already (it inserts an empty list of rows: `NOT NULL
@@ -136,18 +142,32 @@ async def still_needed(client: Any, batch: EventBatch) -> bytes | None:
     events arrive, so re-sending what it holds kept it from storing anything.
     """
     events = orjson.loads(batch.body())
-    ids = [e["id"] for e in events]
-    stored = set()
+    stored = await _stored_ids(client, [e["id"] for e in events]) if persisting else None
+    finals = [_task_run(e) for e in events if _final(e) and (stored is None or e["id"] in stored)]
+    final_runs = await _final_task_runs(client, finals) if finals else set()
+    held = {e["id"] for e in events
+            if (stored is None or e["id"] in stored) and (_task_run(e) in final_runs or (
+                stored is not None and not _final(e)))}
+    if len(held) == len(events):
+        return None
+    if batch.keep_ids:  # once: a copy the server then lost needs new ids
+        batch.keep_ids = False
+        return orjson.dumps([e for e in events if e["id"] not in held])
+    return batch.renew(events, held)
+
+
+def _final(event: dict[str, Any]) -> bool:
+    return event["resource"]["prefect.state-type"] in FINAL_TYPES
+
+
+async def _stored_ids(client: Any, ids: list[str]) -> set[str]:
+    """Which of these events the server has stored (asked `_LOOKUP` at a time)."""
+    stored: set[str] = set()
     for i in range(0, len(ids), _LOOKUP):
         body = {"filter": {"id": {"id": ids[i:i + _LOOKUP]}, "occurred": _ALL_TIME},
                 "limit": _LOOKUP}
         stored |= {e["id"] for e in (await internal.filter_events(client, body))["events"]}
-    finals = [_task_run(e) for e in events
-              if e["id"] in stored and e["resource"]["prefect.state-type"] in FINAL_TYPES]
-    final_runs = await _final_task_runs(client, finals) if finals else set()
-    held = {e["id"] for e in events if e["id"] in stored and (
-        e["resource"]["prefect.state-type"] not in FINAL_TYPES or _task_run(e) in final_runs)}
-    return None if len(held) == len(events) else batch.renew(events, held)
+    return stored
 
 
 def _task_run(event: dict[str, Any]) -> str:

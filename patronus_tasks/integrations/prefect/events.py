@@ -143,7 +143,8 @@ class EventBatch:
     state: once the server holds that state, it took the whole batch (`backlog`).
     """
 
-    __slots__ = ("count", "data", "final", "finals", "mark", "missing", "overtaken_at", "posts",
+    __slots__ = ("count", "data", "final", "finals", "keep_ids", "mark", "missing", "overtaken_at",
+                 "posts",
                  "queue")
 
     def __init__(self, queue: int = 0) -> None:
@@ -153,6 +154,7 @@ class EventBatch:
         self.mark = ("", "")  # (event id, task run id) of the last event
         self.final = False  # whether the last event is a final state
         self.posts = 0  # times sent (more than once after a server restart)
+        self.keep_ids = False  # sent again under the same ids (`backlog.still_needed`)
         self.overtaken_at = 0.0  # when a batch posted after it was first seen recorded
         self.missing = (0, 0)  # task runs and events of it the server lacked when last asked
 

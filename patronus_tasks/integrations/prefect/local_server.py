@@ -210,6 +210,3 @@ def built_in() -> LocalServer | None:
     """This process's built-in server, if it runs one."""
     found = SubprocessASGIServer._instances.get(None)
     return found if isinstance(found, LocalServer) and found.running else None
-
-
-install()  # imported directly (by a test, say) before Prefect loaded its server module

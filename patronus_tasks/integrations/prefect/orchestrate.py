@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import pickle
 import sys
 import uuid
 from typing import Any
@@ -77,7 +78,7 @@ def opening(spec: ExperimentSpec, parent: ParentRun | None) -> Opening:
         title=f"{spec.project_name}/{spec.experiment_name}",
         flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
         run_name=f"{spec.experiment_name} @ {started}", tags=_tags(spec),
-        parameters=flow_parameters(spec), out_dir=spec.out_dir, rows=len(spec.dataset),
+        parameters=flow_parameters(spec), results=pickle.dumps(spec.out_dir), rows=len(spec.dataset),
         series=spec.series, parent=parent, record=spec.record, persisting=_persisting(),
         html_report=spec.html_report)
 
@@ -97,6 +98,7 @@ async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
     waits for the comparison with the previous run: the server knows that run); an
     interrupt (Ctrl-C, SIGTERM) keeps the completed rows and ends the flow run Cancelled.
     """
+    server_hook.install()  # should this process start Prefect's built-in server, ours
     if spec.backend == "batches":
         from patronus_tasks.integrations.prefect.batches import run_in_batches
 

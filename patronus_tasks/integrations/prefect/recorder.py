@@ -272,13 +272,14 @@ class _Poster:
     def __init__(self, recorder: TaskRunRecorder, client: Any) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
-        self.stall_after = _STALL_SECONDS
+        self.stall_after, self.stalls = _STALL_SECONDS, 0  # stall resends since progress
         self.waiting_since = time.monotonic()  # the server's last progress, or no backlog
         self.recorded = 0
 
     async def run(self) -> None:
         r = self.r
         assert r._wake is not None
+        await self._post()  # what waited for the flow run or the client goes at once
         while not r._closed or r._outstanding():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(r._wake.wait(), _FLUSH_SECONDS)
@@ -313,7 +314,8 @@ class _Poster:
 
     async def _send(self, batch: EventBatch) -> bool:
         try:
-            body = batch.body() if not batch.posts else await still_needed(self.client, batch)
+            body = batch.body() if not batch.posts else await still_needed(
+                self.client, batch, self.r.backlog.persisting)
             if body is not None:
                 await internal.post_events(self.client, body)
             return True
@@ -363,14 +365,17 @@ class _Poster:
         r = self.r
         if r.recorded > self.recorded or not r._outstanding():
             self.recorded, self.waiting_since = r.recorded, now
-            self.stall_after = _STALL_SECONDS
+            self.stall_after, self.stalls = _STALL_SECONDS, 0
         stalled = now - max(self.waiting_since, self.resent) > self.stall_after
         if stalled and r.backlog.posted:
             logger.warning("Prefect recorded none of %d pending task-run events for %.0f s; "
                            "sending them again", r.backlog.ahead(), now - self.waiting_since)
+            for batch in r.backlog.posted:  # the first time as they were: see still_needed
+                batch.keep_ids = self.stalls == 0
             r._put_back(list(r.backlog.posted))
             r.backlog.posted.clear()
             self.resent, self.stall_after = now, self.stall_after * 2
+            self.stalls += 1
         if now - self.reported >= 2.0:
             self.reported = now
             r._progress()

@@ -13,24 +13,28 @@ experiment whose rows were not done Crashed, and exits; ``stop`` ends it at once
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Coroutine
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from prefect.client.orchestration import get_client
 from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks.exceptions import ExperimentError
-from patronus_tasks.integrations.prefect import artifacts as _artifacts
 from patronus_tasks.integrations.prefect import background as _background
-from patronus_tasks.integrations.prefect import flowruns, postrun, server_hook
+from patronus_tasks.integrations.prefect import flowruns, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
+from patronus_tasks.integrations.prefect.progress import ProgressArtifact
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
 from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
+
+if TYPE_CHECKING:
+    from patronus_tasks.integrations.prefect import postrun
 
 logger = logging.getLogger("patronus_tasks.records")
 _PROGRESS_EVERY = 1.0  # seconds between moves of the progress artifact
@@ -156,7 +160,7 @@ class Session:
 
     async def _show_progress(self) -> None:
         assert self.flow_run_id is not None
-        shown = _artifacts.ProgressArtifact(self.series, self.o.rows, self.flow_run_id)
+        shown = ProgressArtifact(self.series, self.o.rows, self.flow_run_id)
         async with get_client() as client:
             while True:
                 rows = self.rows_done
@@ -189,6 +193,7 @@ class Session:
             self.finished.set()
 
     async def _verdict(self, client: Any, closing: Closing) -> postrun.Verdict:
+        postrun = await _postrun()
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
         if closing.status == "interrupted":
@@ -207,6 +212,9 @@ class Session:
         return verdict
 
     def _publishing(self, client: Any) -> postrun.Publishing:
+        from patronus_tasks.integrations.prefect import artifacts as _artifacts
+        from patronus_tasks.integrations.prefect import postrun
+
         assert self.flow_run_id is not None
         parent = self.o.parent.flow_run_id if self.o.parent else None
         return postrun.Publishing(_artifacts.Target(client, self.flow_run_id, self.o.key),
@@ -282,6 +290,13 @@ def _say_built_in_server() -> None:
         print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
 
 
+async def _postrun() -> Any:
+    """The post-run module (pandas, pyarrow, matplotlib: ~1.5 s of imports), loaded in a
+    thread when first needed: the records of other experiments go on meanwhile."""
+    return await asyncio.to_thread(importlib.import_module,
+                                   "patronus_tasks.integrations.prefect.postrun")
+
+
 def _progress_of(recorder: TaskRunRecorder | None) -> Progress:
     if recorder is None:
         return Progress(ended=True)
@@ -312,6 +327,7 @@ def _hold_while_full(service: Service) -> None:
 
 
 def main() -> None:
+    server_hook.install()  # the built-in server, if this process starts one, is ours
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() of any library goes to stderr, not into the channel
     service = Service(answers)

@@ -1,9 +1,12 @@
 """Puts `local_server.LocalServer` in Prefect's place when Prefect loads its server module.
 
 Prefect imports ``prefect.server.api.server`` only when it is about to start its built-in
-server (~3 s of imports: the whole server application). Importing it here to replace the
-server would make every ``import patronus_tasks`` pay that; instead a finder waits for
-Prefect to import it, and installs `LocalServer` right after.
+server (~3 s of imports: the whole server application). Importing it to replace the
+server would make everyone pay that; instead `install` leaves a finder that waits for
+Prefect to import it, and installs `LocalServer` right after. Nothing installs it on
+import: the recorder process does at its start, an experiment when it runs, ``patronus-tasks
+run`` before it loads a file, and a script of one's own with `patronus_tasks.prefect.
+use_built_in_server` (a ``@flow`` starts Prefect's server before any experiment runs).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def _install() -> None:
     module = sys.modules.get(f"{__package__}.local_server")
     if module is not None and not hasattr(module, "install"):
-        return  # `local_server` is importing Prefect's server module: it installs itself
+        return  # `local_server` is importing Prefect's server module: `install` goes on
     from patronus_tasks.integrations.prefect import local_server as _local_server
 
     _local_server.install()
@@ -58,6 +61,8 @@ def install() -> None:
         _install()
     elif not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+    if SERVER_MODULE in sys.modules:  # loaded meanwhile, by `local_server` itself
+        _install()
 
 
 def built_in() -> Any:
