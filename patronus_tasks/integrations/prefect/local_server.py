@@ -12,7 +12,7 @@ caller, a user's own ``@flow`` included, gets this one). It starts one process u
 lock, waits `STARTUP_TIMEOUT` (unless
 ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` is set), passes the settings for
 many task runs (`SERVER_DEFAULTS`, where unset) to that process only, runs it below normal
-CPU priority, logs to a file under ``PREFECT_HOME``, and kills it on failure. On Linux the
+CPU priority once it is up, logs to a file under ``PREFECT_HOME``, and kills it on failure. On Linux the
 process also dies with this one, even when this one is killed.
 """
 
@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +59,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _child_setup(nice: int) -> Callable[[], None]:
-    def setup() -> None:
-        _die_with_parent()
-        if nice > 0:
-            os.nice(nice)
-
-    return setup
+def _lower_priority(pid: int) -> None:
+    """Once it is up, the server records below normal CPU priority (`SERVER_NICE`). Not
+    while it starts: a new database's migrations (~20 s of CPU), niced on a machine
+    busy with other work, got a tenth of a core and missed any time limit."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, pid, SERVER_NICE)
 
 
 def _startup_timeout(given: float | None) -> float:
@@ -118,6 +116,7 @@ class LocalServer(SubprocessASGIServer):
             self.server_process = self._spawn()
             code = self._wait_healthy(deadline)
             if code is None:
+                _lower_priority(self.server_process.pid)
                 return
             self._kill()
             if code != _PORT_IN_USE or time.monotonic() >= deadline:
@@ -135,7 +134,7 @@ class LocalServer(SubprocessASGIServer):
             with log.open("ab") as out:
                 proc = subprocess.Popen(
                     self._command(), env=server_env(), stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, preexec_fn=_child_setup(SERVER_NICE))
+                    stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             started.append(proc)
             ready.set()
             proc.wait()
