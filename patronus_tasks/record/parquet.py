@@ -23,11 +23,12 @@ from typing import Any
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.records import FIXED_SCHEMA, Record, dataset_column_name
+from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
 PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see _resume.py)
@@ -289,19 +290,39 @@ def read_results(out_dir: Path | Location, columns: list[str] | None = None) -> 
     """
     final = Location.of(out_dir) / RESULTS_FILE
     if final.exists():
-        return final.read_table(columns=columns)
+        if columns is None:
+            return final.read_table()
+        present = set(final.read_schema().names)
+        return _with_columns(final.read_table(columns=[c for c in columns if c in present]), columns)
     table = _read_unfinished(Location.of(out_dir))
-    return table.select(columns) if columns else table
+    return _with_columns(table, columns) if columns else table
+
+
+def _with_columns(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table``'s ``columns`` in that order; a fixed one an older file lacks, as nulls."""
+    types = {name: typ for name, typ, _ in COLUMNS}
+    for name in columns:
+        if name not in table.column_names:
+            table = table.append_column(pa.field(name, types.get(name, pa.null())),
+                                        pa.nulls(len(table), types.get(name, pa.null())))
+    return table.select(columns)
 
 
 def _read_unfinished(out_dir: Location) -> pa.Table:
     tables = unfinished_tables(out_dir)
     previous = out_dir / PREVIOUS_FILE
-    if previous.exists():  # an interrupted resume: newer records win per sample
+    if previous.exists():  # an interrupted resume: newer records win per run of a row
         older = previous.read_table()
-        newer_sids = {s for t in tables for s in t.column("sid").to_pylist()}
-        mask = pa.array([s not in newer_sids for s in older.column("sid").to_pylist()])
-        tables.insert(0, older.filter(mask))
+        newer = pa.array([k for t in tables for k in unit_keys(t).to_pylist()], pa.string())
+        tables.insert(0, older.filter(pc.invert(pc.is_in(unit_keys(older), value_set=newer))))
     if not tables:
         raise FileNotFoundError(f"no results in {out_dir}")
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def unit_keys(table: pa.Table) -> pa.Array:
+    """Each record's run of a row (sample id and repeat) as one string, for set look-ups."""
+    repeat = (table["repeat"] if "repeat" in table.column_names
+              else pa.nulls(len(table), pa.int32()))
+    text = pc.fill_null(pc.cast(repeat, pa.string()), "")
+    return pc.binary_join_element_wise(pc.cast(table["sid"], pa.string()), text, "\x00")
