@@ -19,7 +19,7 @@ from patronus_tasks.define.chain import Link, Parent  # noqa: E402
 from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl  # noqa: E402
 from patronus_tasks.define.row import Row  # noqa: E402
 from patronus_tasks.define.simple import simple_evaluator, simple_task  # noqa: E402
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult  # noqa: E402
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage  # noqa: E402
 from patronus_tasks.define.steps import Evaluator, Task, evaluator, task  # noqa: E402
 from patronus_tasks.exceptions import (  # noqa: E402
     ConfigError,
@@ -32,6 +32,7 @@ from patronus_tasks.exceptions import (  # noqa: E402
     UnparseableResponseError,
 )
 from patronus_tasks.integrations.patronus import RemoteEvaluator  # noqa: E402
+from patronus_tasks.record.cache import Cache  # noqa: E402
 from patronus_tasks.results.experiment import Experiment  # noqa: E402
 from patronus_tasks.results.summary import Summary  # noqa: E402
 
@@ -39,8 +40,9 @@ __version__ = "0.1.0"
 
 # What the Patronus SDK has at its top level, and the core. The rest lives in named
 # modules, each with its own __all__: patronus_tasks.results (reading, comparing, past
-# runs), .openai, .http, .patronus, .prefect.
+# runs), .metrics (dataset-level evaluators), .prices, .openai, .http, .patronus, .prefect.
 __all__ = [
+    "Cache",
     "Client",
     "ConfigError",
     "Dataset",
@@ -61,6 +63,7 @@ __all__ = [
     "Task",
     "TaskResult",
     "UnparseableResponseError",
+    "Usage",
     "__version__",
     "arun_experiment",
     "evaluator",
