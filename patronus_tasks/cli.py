@@ -128,7 +128,13 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
         resume: Annotated[bool, typer.Option(
             "--resume", help="Go on with the latest run of this experiment.")] = False,
         retry_errors: Annotated[bool, typer.Option(
-            "--retry-errors", help="Re-run only the rows that failed.")] = False) -> None:
+            "--retry-errors", help="Re-run only the rows that failed.")] = False,
+        cache: Annotated[bool, typer.Option(
+            "--cache", help="Answer calls made before with the same inputs from the cache "
+            "(for a function taking `cache`).")] = False,
+        repeats: Annotated[int | None, typer.Option(
+            min=1, help="Run every row this many times (for a function taking `repeats`).")]
+        = None) -> None:
     """Run the experiment(s) a Python file defines, with a progress bar."""
     try:
         thresholds = parse_thresholds(min_pass_rate or [])
@@ -139,7 +145,8 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
     given = {"data": data, "experiment_name": experiment_name,
              "max_concurrency": max_concurrency,
              "results_dir": str(results_dir) if results_dir else None,
-             "resume": resume or None, "retry_errors": retry_errors or None}
+             "resume": resume or None, "retry_errors": retry_errors or None,
+             "cache": cache or None, "repeats": repeats}
     kwargs = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
     try:
         with _progress_bar() as finished:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from patronus_tasks.define.metrics import Metric
 from patronus_tasks.record.manifest import MetricValue
-from patronus_tasks.record.records import STATUS_SKIPPED
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_SKIPPED
 
 
 def _aligned(df: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +79,7 @@ def evaluate_metrics(metrics: Sequence[Metric], df: pd.DataFrame) -> list[Metric
 
 def _verdicts(results: pd.DataFrame, evaluator: str | None) -> pd.DataFrame:
     """The records of ``evaluator`` (or the one evaluator giving verdicts), with ``passed``
-    (an error counts as not passed)."""
+    (an error counts as not passed, a task's error too: its row was not answered)."""
     evals = results[results["evaluator_name"].notna()]
     with_verdicts = sorted(evals.loc[evals["pass"].notna(), "evaluator_name"].unique())
     if evaluator is None:
@@ -89,13 +89,17 @@ def _verdicts(results: pd.DataFrame, evaluator: str | None) -> pd.DataFrame:
     mine = evals[(evals["evaluator_name"] == evaluator) & (evals["status"] != STATUS_SKIPPED)]
     if mine.empty:
         raise ValueError(f"no verdicts of evaluator {evaluator!r}")
-    return mine.assign(passed=mine["pass"].astype("boolean").fillna(False).astype(bool))
+    before = results["link_index"] <= mine["link_index"].max()
+    unanswered = results[(results["error_stage"] == "task") & before]
+    both = pd.concat([mine, unanswered], ignore_index=True)
+    return both.assign(passed=both["pass"].astype("boolean").fillna(False).astype(bool)
+                       & (both["status"] != STATUS_ERROR))
 
 
 def accuracy_by(column: str, evaluator: str | None = None) -> Metric:
     """The pass rate of ``evaluator`` (default: the only one giving verdicts) for each value
-    of the dataset's ``column``: ``accuracy[<column>=<value>]``, errors counted as not
-    passed, skips left out."""
+    of the dataset's ``column``: ``accuracy[<column>=<value>]``; errors (the task's too)
+    count as not passed, skipped rows are left out."""
     def accuracy(results: pd.DataFrame) -> dict[str, float]:
         if column not in results.columns:
             raise ValueError(f"the results have no column {column!r}")

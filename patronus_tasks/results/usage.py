@@ -35,16 +35,23 @@ def _calls(df: pd.DataFrame, stage: str, step: str, kind: str, keys: list[str]) 
     })
 
 
+def _cost(paid: pd.DataFrame, priced: pd.Series, model_calls: bool) -> float | None:
+    """The known costs' sum; 0 for model calls all answered by the cache; else unknown."""
+    if priced.any():
+        return float(paid.loc[priced, "cost_usd"].sum())
+    return 0.0 if paid.empty and model_calls else None
+
+
 def _total(step: str, kind: str, model: str | None, g: pd.DataFrame) -> UsageTotal:
+    used = g["input_tokens"].notna() | g["output_tokens"].notna() | g["model"].ne("")
     paid = g[~g["cached"]]
-    has_usage = paid["input_tokens"].notna() | paid["output_tokens"].notna() | paid["model"].notna()
     priced = paid["cost_usd"].notna()
     return UsageTotal(
         step=step, kind=kind, model=model, calls=len(paid), cached=int(g["cached"].sum()),
         input_tokens=int(paid["input_tokens"].fillna(0).sum()),
         output_tokens=int(paid["output_tokens"].fillna(0).sum()),
-        cost_usd=float(paid.loc[priced, "cost_usd"].sum()) if priced.any() or paid.empty else None,
-        unpriced_calls=int((~priced & has_usage).sum()))
+        cost_usd=_cost(paid, priced, bool(used.any())),
+        unpriced_calls=int((~priced & used[~g["cached"]]).sum()))
 
 
 def usage_totals(df: pd.DataFrame) -> list[UsageTotal]:
