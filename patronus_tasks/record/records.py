@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import traceback
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -157,9 +157,9 @@ def row_values(sample: Sample) -> dict[str, Any]:
     return {dataset_column_name(k): v for k, v in sample.values.items() if k != "sid"}
 
 
-@dataclass(frozen=True, slots=True)
-class Paid:
-    """What a call cost (None: unknown) and whether the cache answered it (then: nothing)."""
+class Paid(NamedTuple):
+    """What a call cost (None: unknown) and whether the cache answered it (then: nothing).
+    A tuple: one is made per call."""
 
     cost_usd: float | None = None
     cached: bool = False

@@ -223,34 +223,29 @@ class RowRunner:
             return inv
         inv.error = _missing_field_error(step, available, row)
         if inv.error is None:
-            key = await self._lookup(inv, unit.repeat)
+            cache = self.cache if self.cache is not None and self.cache.wants(step) else None
+            key = None if cache is None else await self._lookup(cache, inv, unit.repeat)
             async with self._slots:
                 self.calls += 1
                 self.cached += inv.cached
                 await self.runner.run(inv, upstream)
-            await self._settle(inv, key)
+            usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
+            inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
+            if key is not None and not inv.cached and inv.error is None:
+                await cache.put(step, key, inv.value)  # type: ignore[union-attr]
         return inv
 
-    async def _lookup(self, inv: Invocation, repeat: int | None) -> str | None:
+    async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
         """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
-        if self.cache is None or not self.cache.wants(inv.step):
-            return None
         try:
             key = call_key(inv.step, inv.kwargs, repeat)
         except Unkeyable as exc:
-            self.cache.unkeyable(inv.step, str(exc))
+            cache.unkeyable(inv.step, str(exc))
             return None
-        hit = await self.cache.get(inv.step, key)
+        hit = await cache.get(inv.step, key)
         if hit is not None:
             inv.value, inv.cached = hit.value, True
         return key
-
-    async def _settle(self, inv: Invocation, key: str | None) -> None:
-        """What the call cost (a cached one: nothing); store a new answer."""
-        usage = getattr(inv.value, "usage", None)
-        inv.cost = 0.0 if inv.cached else self.prices.cost(usage)
-        if key is not None and not inv.cached and inv.error is None and self.cache is not None:
-            await self.cache.put(inv.step, key, inv.value)
 
     async def run(self, row: Sample, repeat: int | None = None) -> list[Record]:
         """Run one row (its ``repeat``-th run, with repeats) through every link; return its
