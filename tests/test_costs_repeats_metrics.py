@@ -276,3 +276,34 @@ def test_figures_reach_the_flow_run_and_its_gate(prefect_server: str, results_di
     state = asyncio.run(_flow_run(exp.manifest["flow_run_id"])).state
     assert state.type.value == "FAILED" and "rows: 6 is below 7" in state.message
     assert "pass@2 100.0%, pass^2 0.0%, 3 of 3 rows flip" in state.message
+
+
+def test_repeats_cache_resume_and_metric_gates_on_dask(prefect_server: str,
+                                                       tmp_path: Path) -> None:
+    from distributed import LocalCluster
+
+    from .dask_steps import echo_cached, fails_while_flagged
+
+    flag = tmp_path / "flag"
+    flag.touch()
+    results = tmp_path / "results"
+    data = [{"sid": str(i), "flag": str(flag)} for i in range(1, 4)]
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster:
+        opts: dict[str, Any] = dict(
+            data=data, task=echo_cached, evaluators=[fails_while_flagged], repeats=2,
+            cache=True, backend="dask", dask_address=cluster.scheduler_address,
+            experiment_name="d", results_dir=results, print_summary=False, html_report=False,
+            metrics=[metric(lambda sids: len(sids), name="runs")])
+        with pytest.raises(QualityGateError, match="runs: 6 is below 7") as failed:
+            run_experiment("dask-rep", min_metrics={"runs": 7}, **opts)
+        first = failed.value.experiment
+        assert first is not None and first.manifest["evaluator_errors"] == 2
+        assert (first.manifest["calls"], first.manifest["cached_calls"]) == (12, 0)
+        assert len(list((results / ".cache" / "echo_cached").rglob("*.json"))) == 6  # by workers
+        flag.unlink()
+        again = run_experiment("dask-rep", retry_errors=True, **opts)
+    df = again.to_dataframe()
+    assert sorted(zip(df["sid"], df["repeat"], strict=True)) == [
+        (s, k) for s in "123" for k in (1, 2)]
+    assert df["status"].eq("ok").all() and again.manifest["calls"] == 2  # the two failed runs
+    assert again.summary().evaluators[0].repeats.pass_hat_k == 1.0  # type: ignore[union-attr]
