@@ -27,6 +27,8 @@ from patronus_tasks.results.usage import usage_rows
 
 #: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
 SIDS_SHOWN = 50
+#: Rows that flip between repeats, listed in the summary table's cell (each a filter).
+FLIPS_SHOWN = 6
 ALPHA = 0.05
 
 
@@ -112,7 +114,9 @@ def _repeat_cells(r: RepeatStats | None) -> dict[str, Any]:
     if r is None:
         return {"pass@k": "", "pass^k": "", "flipping rows": ""}
     lo, hi = r.interval or (r.mean_pass_rate, r.mean_pass_rate)
-    flips = "".join(chip(sid, {"column": "sid", "value": "=" + sid}) for sid in r.flipping[:SIDS_SHOWN])
+    flips = "".join(chip(sid, {"column": "sid", "value": "=" + sid}) for sid in r.flipping[:FLIPS_SHOWN])
+    if len(r.flipping) > FLIPS_SHOWN:
+        flips += f" <span class=note>(+{len(r.flipping) - FLIPS_SHOWN} more)</span>"
     return {"pass@k": f"<b>{r.pass_at_k:.1%}</b> <span class=note>k={r.k}; mean {r.mean_pass_rate:.1%} "
                       f"[{lo:.0%}, {hi:.0%}]</span>",
             "pass^k": f"{r.pass_hat_k:.1%}", "flipping rows": f"{len(r.flipping)}/{r.rows} {flips}"}
