@@ -166,6 +166,8 @@ def test_resume_and_gates_work_with_repeats(results_dir: Path) -> None:
     assert len(df) == 6 and df["status"].eq("ok").all()  # each (sid, repeat) once
     assert sorted(df.loc[df["sid"] == "1", "repeat"]) == [1, 2]
     assert again.summary().evaluators[0].repeats.flipping == ["3"]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="resuming would mix them"):
+        run_experiment("retry-rep", resume=True, **{**kwargs, "repeats": 3})
 
 
 def test_metrics_values_failures_and_gates(results_dir: Path) -> None:

@@ -231,8 +231,8 @@ class RowRunner:
                 await self.runner.run(inv, upstream)
             usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
             inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
-            if key is not None and not inv.cached and inv.error is None:
-                await cache.put(step, key, inv.value)  # type: ignore[union-attr]
+            if cache is not None and key is not None and not inv.cached and inv.error is None:
+                await cache.put(step, key, inv.value)
         return inv
 
     async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:

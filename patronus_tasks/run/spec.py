@@ -167,6 +167,11 @@ def _resumed(spec: ExperimentSpec, path: Location, replay: Replay) -> Experiment
         raise ConfigError(
             f"the dataset changed since the run in {path} (content hash differs): resuming "
             "would mix results of different data. Run it as a new experiment instead.")
+    if int(manifest.get("repeats") or 1) != spec.repeats:
+        raise ConfigError(
+            f"the run in {path} ran every row {manifest.get('repeats') or 1} time(s), this one "
+            f"asks for repeats={spec.repeats}: resuming would mix them. Resume with "
+            f"repeats={manifest.get('repeats') or 1}, or run it as a new experiment.")
     spec.out_dir, spec.replay = path, replay
     spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
     return spec
