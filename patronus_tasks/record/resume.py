@@ -76,6 +76,12 @@ class Replayed:
     cost: float | None = None
 
 
+def _replayed(value: Any, attempts: int | None, duration: float | None, cached: bool | None,
+              cost: float | None) -> Replayed:
+    """A step as its record left it: a call the cache answered made no attempt."""
+    return Replayed(value, attempts or (0 if cached else 1), duration, bool(cached), cost)
+
+
 #: A run of a row: its sample id and repeat (None without repeats).
 UnitKey = tuple[str, int | None]
 
@@ -105,13 +111,13 @@ class Replay:
             link = r.link_index or 0
             task_ok = r.task_name is not None and r.error_stage != "task"
             if task_ok and (r.status != STATUS_ERROR or r.error_stage == "evaluator"):
-                found[(link, TASK)] = Replayed(_task_result(r), r.task_attempts or 1,
-                                               r.task_duration_s, bool(r.task_cached),
-                                               r.task_cost_usd)
+                found[(link, TASK)] = _replayed(_task_result(r), r.task_attempts,
+                                                r.task_duration_s, r.task_cached,
+                                                r.task_cost_usd)
             if r.evaluator_name is not None and r.status in (STATUS_OK, STATUS_SKIPPED):
-                found[(link, r.evaluator_name)] = Replayed(
-                    _evaluation(r), r.evaluation_attempts or 1, r.evaluation_duration_s,
-                    bool(r.evaluation_cached), r.evaluation_cost_usd)
+                found[(link, r.evaluator_name)] = _replayed(
+                    _evaluation(r), r.evaluation_attempts, r.evaluation_duration_s,
+                    r.evaluation_cached, r.evaluation_cost_usd)
         return found
 
     def reused_records(self) -> Iterator[list[Record]]:

@@ -223,17 +223,22 @@ class RowRunner:
             return inv
         inv.error = _missing_field_error(step, available, row)
         if inv.error is None:
-            cache = self.cache if self.cache is not None and self.cache.wants(step) else None
-            key = None if cache is None else await self._lookup(cache, inv, unit.repeat)
-            async with self._slots:
-                self.calls += 1
-                self.cached += inv.cached
-                await self.runner.run(inv, upstream)
-            usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
-            inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
-            if cache is not None and key is not None and not inv.cached and inv.error is None:
-                await cache.put(step, key, inv.value)
+            await self._invoke(inv, unit.repeat, upstream)
         return inv
+
+    async def _invoke(self, inv: Invocation, repeat: int | None, upstream: Any) -> None:
+        """Have the call run (or the cache answer it), say what it cost, store a new answer."""
+        step = inv.step
+        cache = self.cache if self.cache is not None and self.cache.wants(step) else None
+        key = None if cache is None else await self._lookup(cache, inv, repeat)
+        async with self._slots:
+            self.calls += 1
+            self.cached += inv.cached
+            await self.runner.run(inv, upstream)
+        usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
+        inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
+        if cache is not None and key is not None and not inv.cached and inv.error is None:
+            await cache.put(step, key, inv.value)
 
     async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
         """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
