@@ -11,6 +11,12 @@ local stand-ins:
   instead, for when there is no Patronus key.
 
     OPENAI_API_KEY=... PATRONUS_API_KEY=... python flows/openai_task.py
+
+The chat model's and the judge's tokens, and their cost at the model's price, are in the
+summary it prints (`Tokens and cost`), the manifest and the Prefect artifacts. With
+``cache=True`` an unchanged second run calls neither model (the answers come from
+``.cache`` in the results directory); ``repeats=N`` asks each question N times (the
+task runs at temperature 1: pass@k, pass^k and the rows whose verdict flips).
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ def make_judge(cli: Client, judge: str) -> Evaluator:
 @flow(name="openai-task", flow_run_name=experiment_flow_run_name)
 def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
                 max_concurrency: int = 4, results_dir: str | None = None,
-                judge: str | None = None) -> dict[str, Any]:
+                judge: str | None = None, cache: bool = False,
+                repeats: int = 1) -> dict[str, Any]:
     """Run the reference's full example; return the experiment's manifest.
 
     Args:
@@ -71,6 +78,9 @@ def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
         judge: `patronus` (the `custom-large` remote evaluator, needs `PATRONUS_API_KEY`)
             or `openai` (an LLM judge on the OpenAI-compatible endpoint); empty for
             `$JUDGE`, else `patronus`.
+        cache: Answer the model's and the judge's calls from the cache when they got
+            exactly the same inputs before (`.cache` in the results directory).
+        repeats: Ask each question this many times (pass@k, pass^k, flipping rows).
     """
     cli = Client(results_dir=results_dir)
     call_gpt = ChatTask(name="call_gpt", temperature=1, max_tokens=200)
@@ -78,7 +88,7 @@ def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
         project, data=DATA, task=call_gpt,
         evaluators=[make_judge(cli, judge or os.environ.get("JUDGE", "patronus"))],
         tags={"unit": "R&D", "version": "0.0.1"}, experiment_name=experiment_name,
-        max_concurrency=max_concurrency,
+        max_concurrency=max_concurrency, cache=True if cache else None, repeats=repeats,
     )
     return experiment.manifest
 

@@ -2,8 +2,15 @@
 and compare the result set with the gold query's.
 
 Runs offline: the "model output" is the SQL in the dataset's ``query`` column, as if a
-model had written it. Rows that are not SQL (``language != "sql"``) return None from
-the task, which skips their evaluators (the reference's conditional task).
+model had written it (the task stands in for the model call). Rows that are not SQL
+(``language != "sql"``) return None from the task, which skips their evaluators (the
+reference's conditional task).
+
+Besides the per-row verdicts, two dataset-level metrics: precision, recall and F1 of
+the result rows over the whole dataset (micro-averaged: a query returning 1,000 rows
+weighs more than one returning 1), and the accuracy per question category. With
+``cache=True`` a second run calls no step again (each answer is read from the cache
+beside the results); ``repeats=N`` runs every question N times.
 
     python flows/text_to_sql.py                # run on the bundled data, print the summary
     patronus-tasks run flows/text_to_sql.py    # the same through the command line
@@ -21,6 +28,7 @@ from prefect import flow
 from prefect.states import Completed, State
 
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+from patronus_tasks.metrics import accuracy_by, metric
 from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
 
 HERE = Path(__file__).resolve().parent
@@ -86,11 +94,35 @@ def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> fl
     return len(got & want) / len(union) if union else 1.0
 
 
+def _rows(output: str | None) -> set[tuple[Any, ...]]:
+    return set(_normalised(json.loads(output)["rows"], False)) if output else set()
+
+
+@metric
+def result_rows(outputs: list[str | None], gold_answers: list[str | None]) -> dict[str, float]:
+    """Precision, recall and F1 of the result rows, over the whole dataset: of all rows the
+    queries returned, the share the gold queries return too, and the other way round
+    (rows not SQL, with no gold query, left out; a query that failed returned none)."""
+    found = wanted = both = 0
+    for output, gold in zip(outputs, gold_answers, strict=True):
+        if not gold:
+            continue
+        got, want = _rows(output), set(_normalised(execute_sql(gold)["rows"], False))
+        found, wanted, both = found + len(got), wanted + len(want), both + len(got & want)
+    precision, recall = both / found if found else 0.0, both / wanted if wanted else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+METRICS = [result_rows, accuracy_by("category", evaluator="result_matches_gold")]
+
+
 @flow(name="text-to-sql-eval", flow_run_name=experiment_flow_run_name)
 def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str = "text-to-sql",
                      experiment_name: str | None = None, max_concurrency: int = 8,
                      results_dir: str | None = None,
-                     fail_on_regression: bool = False) -> State:
+                     fail_on_regression: bool = False, cache: bool = False, repeats: int = 1,
+                     min_f1: float | None = None) -> State:
     """Evaluate the dataset's SQL against the gold answers; return the run's manifest
     (the flow run ends Completed with the experiment's figures as its message, so the
     deployment's runs show them too).
@@ -98,7 +130,8 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
     Args:
         dataset: JSONL or CSV, a row per question: `sid`, the question
             (`evaluated_model_input`), the SQL to run (`query`), its `language` (rows
-            not `sql` are skipped) and the gold SQL (`evaluated_model_gold_answer`). A
+            not `sql` are skipped), its `category` (accuracy per category) and the gold
+            SQL (`evaluated_model_gold_answer`). A
             relative path is read from the flow's working directory (a deployment's:
             the project folder).
         project: Project the experiment belongs to; with the deployment, it names the
@@ -111,12 +144,18 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
             `$PATRONUS_TASKS_RESULTS_DIR`, else `./results`.
         fail_on_regression: Fail the run when it does significantly worse than the
             previous run of its series (McNemar's test, p < 0.05).
+        cache: Answer each step from the cache (`.cache` in the results directory) when
+            it got exactly the same inputs before, and store new answers there.
+        repeats: Run every question this many times (pass@k, pass^k, rows that flip).
+        min_f1: Fail the run when the F1 of the result rows over the dataset is lower.
     """
     experiment = run_experiment(
         project, data=in_project(dataset), task=perform_sql_query,
         evaluators=[result_matches_gold, row_overlap], tags={"suite": "text-to-sql"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, fail_on_regression=fail_on_regression,
+        cache=True if cache else None, repeats=repeats, metrics=METRICS,
+        min_metrics={"f1": min_f1} if min_f1 is not None else None,
     )
     return Completed(message=experiment.summary().headline(), data=experiment.manifest)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from patronus_tasks.define.dataset import Dataset, load_dataset, read_csv, read_jsonl
     from patronus_tasks.define.row import Row
     from patronus_tasks.define.simple import simple_evaluator, simple_task
-    from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+    from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
     from patronus_tasks.define.steps import Evaluator, Task, evaluator, task
     from patronus_tasks.exceptions import (
         ConfigError,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         UnparseableResponseError,
     )
     from patronus_tasks.integrations.patronus import RemoteEvaluator
+    from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
 
@@ -47,6 +48,7 @@ _HOMES = {
     "read_jsonl": "define.dataset", "Row": "define.row",
     "simple_evaluator": "define.simple", "simple_task": "define.simple",
     "EvaluationResult": "define.step_results", "TaskResult": "define.step_results",
+    "Usage": "define.step_results", "Cache": "record.cache",
     "Evaluator": "define.steps", "Task": "define.steps", "evaluator": "define.steps",
     "task": "define.steps",
     **dict.fromkeys(["ConfigError", "DatasetError", "ExperimentError", "InvalidResultError",
@@ -72,8 +74,9 @@ def __dir__() -> list[str]:
 
 # What the Patronus SDK has at its top level, and the core. The rest lives in named
 # modules, each with its own __all__: patronus_tasks.results (reading, comparing, past
-# runs), .openai, .http, .patronus, .prefect.
+# runs), .metrics (dataset-level evaluators), .prices, .openai, .http, .patronus, .prefect.
 __all__ = [
+    "Cache",
     "Client",
     "ConfigError",
     "Dataset",
@@ -94,6 +97,7 @@ __all__ = [
     "Task",
     "TaskResult",
     "UnparseableResponseError",
+    "Usage",
     "__version__",
     "arun_experiment",
     "evaluator",

@@ -145,7 +145,10 @@ def run_experiment(project_name: str, *, data: DataInput | None = None,
     ``resume``, ``retry_errors``, ``experiment_id``, ``fail_on_error``,
     ``min_pass_rates``, ``dask_address``, ``dataset`` (the Patronus SDK's name of
     ``data``), ``reporters``, ``html_report`` (``report.html`` beside the results,
-    default True), ``print_summary`` (default True), ``display_hist`` (score
+    default True), ``repeats`` (runs of every row: pass@k, pass^k), ``cache`` (the cache
+    of step calls: None, True, False, a folder or URL, a `Cache`), ``prices`` ({model:
+    (input, output) USD per million tokens}), ``metrics`` (dataset-level evaluators),
+    ``min_metrics`` (their gates), ``print_summary`` (default True), ``display_hist`` (score
     histograms in that summary, default True)) are declared once in
     `patronus_tasks.run.options`; an unknown one is a `ConfigError`.
     """

@@ -23,7 +23,7 @@ from patronus_tasks.exceptions import ConfigError, QualityGateError
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.gates import failed_gates, parse_thresholds
+from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
 from patronus_tasks.run.observers import Observers, observing
 from patronus_tasks.run.spec import ExperimentSpec
@@ -125,20 +125,31 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
         results_dir: ResultsDir = None,
         min_pass_rate: Annotated[list[str] | None, typer.Option(
             help="EVALUATOR=RATE; exit 1 when the pass rate is lower. Repeatable.")] = None,
+        min_metric: Annotated[list[str] | None, typer.Option(
+            help="METRIC=VALUE; exit 1 when the dataset-level metric is lower (or "
+                 "missing). Repeatable.")] = None,
         resume: Annotated[bool, typer.Option(
             "--resume", help="Go on with the latest run of this experiment.")] = False,
         retry_errors: Annotated[bool, typer.Option(
-            "--retry-errors", help="Re-run only the rows that failed.")] = False) -> None:
+            "--retry-errors", help="Re-run only the rows that failed.")] = False,
+        cache: Annotated[bool, typer.Option(
+            "--cache", help="Answer calls made before with the same inputs from the cache "
+            "(for a function taking `cache`).")] = False,
+        repeats: Annotated[int | None, typer.Option(
+            min=1, help="Run every row this many times (for a function taking `repeats`).")]
+        = None) -> None:
     """Run the experiment(s) a Python file defines, with a progress bar."""
     try:
         thresholds = parse_thresholds(min_pass_rate or [])
+        minimums = parse_thresholds(min_metric or [], "--min-metric", rates=False)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     fn = _entry(target)
     given = {"data": data, "experiment_name": experiment_name,
              "max_concurrency": max_concurrency,
              "results_dir": str(results_dir) if results_dir else None,
-             "resume": resume or None, "retry_errors": retry_errors or None}
+             "resume": resume or None, "retry_errors": retry_errors or None,
+             "cache": cache or None, "repeats": repeats}
     kwargs = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
     try:
         with _progress_bar() as finished:
@@ -151,8 +162,8 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
         gate_errors = []
     if not finished:
         raise _usage(f"{target} ran no experiment")
-    failures = gate_errors + [f"{e.name}: {m}" for e in finished
-                              for m in failed_gates(e.summary(), thresholds)]
+    failures = gate_errors + [f"{e.name}: {m}" for e in finished for m in (
+        failed_gates(e.summary(), thresholds) + failed_metric_gates(e.summary(), minimums))]
     for message in failures:
         _say("gate failed", message)
     raise typer.Exit(EXIT_GATE if failures else EXIT_OK)
@@ -213,9 +224,17 @@ def show(experiment: str, failures: Annotated[bool, typer.Option(
 @app.command()
 def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
                 "--fail-on-regression", help="Exit 1 when any row regressed.")] = False,
+            pair: Annotated[str | None, typer.Option(
+                "--pair", help="With repeats: 'repeat' pairs runs by sample id and repeat, "
+                "'mean' compares rows' means (default: 'repeat' when both ran the same "
+                "repeats, else 'mean').")] = None,
             results_dir: ResultsDir = None) -> None:
-    """Compare experiment B with baseline A, pairing rows by sample id."""
-    result = compare_experiments(_load(a, results_dir), _load(b, results_dir))
+    """Compare experiment B with baseline A, pairing rows by sample id; then their
+    dataset-level metrics, tokens and cost."""
+    try:
+        result = compare_experiments(_load(a, results_dir), _load(b, results_dir), pair=pair)
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
     typer.echo(result.format())
     if fail_on_regression and result.has_regressions:
         raise typer.Exit(EXIT_GATE)

@@ -70,7 +70,8 @@ class Client:
                          allow_update: bool = False, explain_strategy: str = "always",
                          max_attempts: int = 3, max_in_flight: int = 16,
                          timeout: float = 60.0, name: str | None = None,
-                         criteria: str | None = None) -> RemoteEvaluator:
+                         criteria: str | None = None,
+                         cache: bool | None = None) -> RemoteEvaluator:
         """A Patronus evaluator scoring rows through the Patronus API.
 
         Fails at once without an API key. The criteria is looked up (and created or
@@ -82,7 +83,7 @@ class Client:
             evaluator_id_or_alias, profile_name_or_criteria or criteria,
             criteria_config=profile_config if profile_config is not None else criteria_config,
             allow_update=allow_update, explain_strategy=explain_strategy, endpoint=endpoint,
-            name=name)
+            name=name, cache=cache)
 
     def remote_dataset(self, dataset_id: str) -> RemoteDataset:
         """A dataset stored on Patronus, usable as ``data=``; fetched when the experiment

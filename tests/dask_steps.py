@@ -49,3 +49,16 @@ def size(task_result: TaskResult) -> float:
 @task
 def follow_up(parent: Parent) -> str:
     return f"{parent.task.evaluated_model_output}:{parent.find_eval_result('size').score_raw}"
+
+
+# -- repeats, the cache and metric gates on Dask (test_costs_repeats_metrics.py)
+@task(cache=True)
+def echo_cached(row: Row) -> str:
+    return f"echo {row.sid}"
+
+
+@evaluator
+def fails_while_flagged(row: Row) -> bool:
+    if row.sid == "2" and os.path.exists(row.flag):
+        raise RuntimeError("flagged")
+    return True

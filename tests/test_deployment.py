@@ -119,7 +119,7 @@ def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
         deployment = asyncio.run(read())
     schema = deployment.parameter_openapi_schema["properties"]
     assert set(schema) == {"dataset", "project", "experiment_name", "max_concurrency",
-                           "results_dir", "fail_on_regression"}
+                           "results_dir", "fail_on_regression", "cache", "repeats", "min_f1"}
     for name, prop in schema.items():  # the run form explains every field
         assert len(prop.get("description", "")) > 15, name
     assert deployment.parameters["dataset"] == "datasets/text_to_sql.jsonl"

@@ -342,3 +342,12 @@ def test_rows_are_kept_in_the_dataset_order_not_the_order_they_finished(results_
     assert FINISHED[-20:] != [str(i) for i in range(1, 21)]  # they did finish out of order
     assert df["sid"].tolist() == [str(i) for i in range(1, 21) for _ in range(2)]
     assert df["evaluator_name"].tolist() == ["second", "first"] * 20  # as the chain says
+
+
+def test_repeats_are_kept_together_under_their_row(results_dir: Path) -> None:
+    exp = run_experiment("ordered-repeats", data=[{"x": i} for i in range(6)], task=slower_first,
+                         evaluators=[first], repeats=3, results_dir=results_dir, backend="local",
+                         print_summary=False, max_concurrency=8)
+    df = exp.to_dataframe()
+    assert df["sid"].tolist() == [str(i) for i in range(1, 7) for _ in range(3)]
+    assert df["repeat"].tolist() == [1, 2, 3] * 6

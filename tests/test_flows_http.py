@@ -56,6 +56,11 @@ def test_full_example_flow_end_to_end_and_no_key_is_written(tmp_path: Path,
     assert openai.requests[0].body["max_tokens"] == 200
     manifest = json.loads(next((tmp_path / "results").rglob("manifest.json")).read_text())
     assert manifest["rows"] == 3 and manifest["evaluator_errors"] == 0
+    usage = {(u["step"], u["model"]): u for u in manifest["usage"]}  # the answers' usage
+    chat = usage[("call_gpt", "gpt-4o")]
+    assert (chat["calls"], chat["input_tokens"], chat["output_tokens"]) == (3, 3, 3)
+    assert manifest["cost_usd"] == chat["cost_usd"] == pytest.approx((3 * 2.5 + 3 * 10.0) / 1e6)
+    assert "Tokens and cost" in out.stdout
     # The scan sees what runs store: task-run names in Prefect's database, outputs in Parquet.
     assert _files_containing(prefect_server_home, "call_gpt-3")
     assert _files_containing(tmp_path / "results", "polymorphism")

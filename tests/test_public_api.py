@@ -6,17 +6,22 @@ import pytest
 
 SURFACE = {
     "patronus_tasks": {
-        "Client", "ConfigError", "Dataset", "DatasetError", "EvaluationResult", "Evaluator",
+        "Cache", "Client", "ConfigError", "Dataset", "DatasetError", "EvaluationResult", "Evaluator",
         "Experiment", "ExperimentError", "InvalidResultError", "Link", "Parent",
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
-        "Summary", "Task", "TaskResult", "UnparseableResponseError", "__version__",
+        "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
         "arun_experiment", "evaluator", "load_dataset", "read_csv", "read_jsonl",
         "run_experiment", "simple_evaluator", "simple_task", "task",
     },
     "patronus_tasks.results": {
         "Comparison", "ErrorInfo", "EvaluatorComparison", "EvaluatorStats", "Experiment",
-        "Summary", "compare_experiments", "list_experiments", "load_experiment",
+        "MetricValue", "RepeatStats", "Summary", "UsageTotal", "compare_experiments",
+        "list_experiments", "load_experiment",
     },
+    "patronus_tasks.metrics": {"Metric", "MetricValue", "accuracy_by", "evaluate_metrics",
+                               "metric", "precision_recall_f1"},
+    "patronus_tasks.prices": {"DEFAULT_PRICES", "PRICES_AS_OF", "PRICE_SOURCES", "Price",
+                              "PriceTable"},
     "patronus_tasks.openai": {
         "ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint",
     },

@@ -59,14 +59,19 @@ def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> 
     rows = {r["sid"]: r for r in table.to_pylist()}
     ok = rows["1"]
     assert ok == {
-        "sid": "1", "link_index": 0, "task_name": "answer", "evaluator_name": "palindrome",
+        "sid": "1", "link_index": 0, "repeat": None, "task_name": "answer",
+        "evaluator_name": "palindrome",
         "criteria": "is a palindrome", "status": "ok", "error_stage": None, "pass": True,
         "score": 1.0, "text_output": None, "explanation": "mirror",
         "evaluation_duration_s": 0.25, "task_duration_s": ok["task_duration_s"],
         "task_output": "abba", "task_metadata": '{"evaluated_model_name": "rev-1", "n": [1, 2]}',
         "task_tags": '{"kind": "reverse"}', "evaluation_metadata": '{"checked": true}',
         "evaluation_tags": '{"t": "x"}', "task_attempts": 1, "evaluation_attempts": 1,
-        "error_type": None,
+        # a call made, reporting no model or tokens: no cost known, not cached
+        "task_model": None, "task_input_tokens": None, "task_output_tokens": None,
+        "task_cost_usd": None, "task_cached": False, "evaluation_model": None,
+        "evaluation_input_tokens": None, "evaluation_output_tokens": None,
+        "evaluation_cost_usd": None, "evaluation_cached": False, "error_type": None,
         "error_message": None, "error_traceback": None, "evaluated_model_input": "abba",
         "row_pass": "dataset column named pass", "ctx": ["a", "b"], "mixed": "1",
     }

@@ -35,6 +35,35 @@ def _check_tags(value: dict[str, Any] | None) -> dict[str, str] | None:
     return dict(value)
 
 
+class Usage(BaseModel):
+    """What one model call used: its model and tokens, and its cost when the caller knows it.
+
+    A task or evaluator that calls a model reports it on its result (``usage=``); this
+    package's clients (`ChatTask`, `LLMJudge`, Patronus evaluators) do so themselves.
+    ``cost_usd`` given here wins over the price table (`define.prices`); without it the
+    cost is the tokens at the model's price, or unknown (never guessed).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+    @classmethod
+    def of(cls, usage: dict[str, Any] | None, model: str | None) -> Usage | None:
+        """An API answer's ``usage`` (OpenAI's ``prompt_tokens``/``completion_tokens``, or
+        ``input_tokens``/``output_tokens`` as Anthropic and OpenAI's Responses API say)."""
+        if not isinstance(usage, dict):
+            return cls(model=model) if model else None
+        def count(*names: str) -> int | None:
+            found = next((usage[n] for n in names if isinstance(usage.get(n), int)), None)
+            return None if isinstance(found, bool) else found
+        return cls(model=model, input_tokens=count("prompt_tokens", "input_tokens"),
+                   output_tokens=count("completion_tokens", "output_tokens"))
+
+
 class TaskResult(BaseModel):
     """The output of a task for one row, with optional metadata and tags.
 
@@ -51,6 +80,8 @@ class TaskResult(BaseModel):
     evaluated_model_provider: str | None = None
     evaluated_model_params: dict[str, Any] | None = None
     evaluated_model_selected_model: str | None = None
+    #: Model and tokens of the call(s) this task made, if it reports them.
+    usage: Usage | None = None
 
     @field_validator("metadata", "evaluated_model_params", mode="before")
     @classmethod
@@ -88,6 +119,8 @@ class EvaluationResult(BaseModel):
     metadata: dict[str, Any] | None = None
     tags: dict[str, str] | None = None
     evaluation_duration: dt.timedelta | None = None
+    #: Model and tokens of the call(s) this evaluator made, if it reports them.
+    usage: Usage | None = None
 
     @field_validator("metadata", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ a function into one, and subclasses implement ``execute`` or ``evaluate``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, overload
@@ -32,9 +33,15 @@ class Step:
     #: Sync code only: True runs calls in the event loop's thread, False in a thread,
     #: None measures and decides (see `inline`).
     inline: bool | None = None
+    #: Whether its calls go through the experiment's cache: True, False, or None (as the
+    #: experiment's ``cache=`` says for every step).
+    cache: bool | None = None
+    #: What the cache keys its answers by besides its inputs; None: a hash of its code.
+    version: str | None = None
 
     def _setup(self, name: str | None, retries: int, retry_delay_seconds: float,
-               timeout_seconds: float | None, inline: bool | None = None) -> None:
+               timeout_seconds: float | None, inline: bool | None = None,
+               cache: bool | None = None, version: str | None = None) -> None:
         if retries < 0 or retry_delay_seconds < 0:
             raise ConfigError(f"{self.kind} {name!r}: retries and retry_delay_seconds must be >= 0")
         if timeout_seconds is not None and timeout_seconds <= 0:
@@ -47,6 +54,11 @@ class Step:
         self.retry_delay_seconds = retry_delay_seconds
         self.timeout_seconds = timeout_seconds
         self.inline = inline if inline is not None else type(self).inline
+        if cache is not None and not isinstance(cache, bool):
+            raise ConfigError(f"{self.kind} {self.name!r}: cache must be True, False or None "
+                              f"(as the experiment says), not {cache!r}.")
+        self.cache = cache if cache is not None else type(self).cache
+        self.version = version if version is not None else type(self).version
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -76,6 +88,26 @@ class Step:
             policy = InlinePolicy(self.name, self.inline, self.timeout_seconds is not None)
             self.__dict__["_inline_policy"] = policy
         return policy
+
+    @property
+    def code_version(self) -> str:
+        """The cache's version of this step: ``version``, else a hash of its code (an
+        edited step is not answered from entries its old code made)."""
+        if self.version is not None:
+            return self.version
+        found: str | None = self.__dict__.get("_code_version")
+        if found is None:
+            try:
+                code = inspect.getsource(self.fn)
+            except (OSError, TypeError):  # no source (a REPL, a C function): its name
+                code = getattr(self.fn, "__qualname__", type(self).__qualname__)
+            found = self.__dict__["_code_version"] = hashlib.sha256(code.encode()).hexdigest()[:16]
+        return found
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What else its answers depend on, for the cache's key: a model client's model
+        and parameters (this package's clients say theirs)."""
+        return {}
 
     async def setup(self) -> None:
         """Called once before an experiment's first row (look-ups, connections)."""
@@ -121,8 +153,9 @@ class Task(Step):
 
     def __init__(self, name: str | None = None, *, retries: int = 0,
                  retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
-                 inline: bool | None = None) -> None:
-        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline)
+                 inline: bool | None = None, cache: bool | None = None,
+                 version: str | None = None) -> None:
+        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline, cache, version)
         _ = self.signature
 
 
@@ -141,8 +174,9 @@ class Evaluator(Step):
 
     def __init__(self, name: str | None = None, *, criteria: str | None = None, retries: int = 0,
                  retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
-                 inline: bool | None = None) -> None:
-        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline)
+                 inline: bool | None = None, cache: bool | None = None,
+                 version: str | None = None) -> None:
+        self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline, cache, version)
         self.criteria = criteria if criteria is not None else type(self).criteria
         _ = self.signature
 
@@ -195,13 +229,16 @@ class FunctionEvaluator(_FunctionStep, Evaluator):
 def task(fn: F, /) -> FunctionTask: ...
 @overload
 def task(*, name: str | None = None, retries: int = 0, retry_delay_seconds: float = 0.0,
-         timeout_seconds: float | None = None,
-         inline: bool | None = None) -> Callable[[F], FunctionTask]: ...
+         timeout_seconds: float | None = None, inline: bool | None = None,
+         cache: bool | None = None, version: str | None = None) -> Callable[[F], FunctionTask]: ...
 def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Make a function a `Task`: ``@task`` or ``@task(name=..., retries=..., timeout_seconds=...)``.
 
     ``inline`` (sync functions only): True runs calls in the event loop's thread, False
     in a thread; None (default) moves a step whose calls all take under 1 ms inline.
+    ``cache=True`` answers a call from the experiment's cache when the same step
+    (``version``: default a hash of its code) got exactly the same inputs before;
+    ``cache=False`` never; None (default) as the experiment's ``cache=`` says.
     """
     if fn is not None:
         return FunctionTask(fn)
@@ -213,11 +250,12 @@ def evaluator(fn: F, /) -> FunctionEvaluator: ...
 @overload
 def evaluator(*, name: str | None = None, criteria: str | None = None, retries: int = 0,
               retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
-              inline: bool | None = None) -> Callable[[F], FunctionEvaluator]: ...
+              inline: bool | None = None, cache: bool | None = None,
+              version: str | None = None) -> Callable[[F], FunctionEvaluator]: ...
 def evaluator(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Make a function an `Evaluator`: ``@evaluator`` or ``@evaluator(name=..., criteria=...)``.
 
-    Takes the same ``inline`` option as `task`.
+    Takes the same ``inline``, ``cache`` and ``version`` options as `task`.
     """
     if fn is not None:
         return FunctionEvaluator(fn)

@@ -87,7 +87,7 @@ class BatchOutcome:
 async def run_batch(batch: RowBatch) -> BatchOutcome:
     """Run a batch of rows on a worker; write its parts; return its counts once Prefect
     holds its records."""
-    from patronus_tasks.run.runner import RowRunner, run_rows
+    from patronus_tasks.run.runner import RowRunner, run_rows, units
 
     ctx = TaskRunContext.get()
     parent = str(ctx.task_run.id) if ctx and ctx.task_run else None
@@ -97,7 +97,9 @@ async def run_batch(batch: RowBatch) -> BatchOutcome:
     recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
                                share=batch.share).start()
     runner = RowRunner(spec.links, RecordingStepRunner(recorder, spec.record), tags=spec.tags,
-                       limit=spec.max_concurrency, pool=pool, replay=batch.replay)
+                       limit=spec.max_concurrency, pool=pool, replay=batch.replay,
+                       cache=spec.open_cache(), prices=spec.prices)
+    wanted = batch.replay.wanted if batch.replay is not None else None
 
     def on_records(records: list[Record]) -> None:
         tally.add(records)
@@ -105,12 +107,14 @@ async def run_batch(batch: RowBatch) -> BatchOutcome:
 
     try:
         with _steplogs.capture():
-            await run_rows(spec.dataset.samples(), runner, spec.max_concurrency, on_records)
+            await run_rows(units(spec.dataset.samples(), spec.repeats, wanted), runner,
+                           spec.max_concurrency, on_records)
     finally:
         sink.flush()
         pool.shutdown(wait=False)
         recorder.close()
     await recorder.until_recorded()
+    tally.calls, tally.cached = runner.calls, runner.cached
     return BatchOutcome(tally, runner.calls, recorder.lost)
 
 
@@ -118,7 +122,9 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
              replay: Replay | None) -> list[RowBatch]:
     df = spec.dataset.df
     if replay is not None:  # rows the earlier run completed are written already
-        df = df[[replay.wanted(str(sid)) for sid in df["sid"]]].reset_index(drop=True)
+        numbers = range(1, spec.repeats + 1) if spec.repeats > 1 else [None]
+        df = df[[any(replay.wanted(str(sid), k) for k in numbers)
+                 for sid in df["sid"]]].reset_index(drop=True)
     if not len(df):
         return []
     count = max(1, min(len(df), workers * BATCHES_PER_WORKER))
@@ -134,10 +140,7 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
 
 
 def _replay_of(replay: Replay | None, sids: Any) -> Replay | None:
-    if replay is None:
-        return None
-    wanted = {str(s) for s in sids}
-    return Replay({s: r for s, r in replay.rows.items() if s in wanted}, replay.retry_errors_only)
+    return None if replay is None else replay.of({str(s) for s in sids})
 
 
 async def run_batches(spec: ExperimentSpec, flow_run_id: str, tally: RunTotals,

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any
 
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import UnparseableResponseError
 from patronus_tasks.integrations.http import Endpoint
@@ -50,18 +50,29 @@ async def chat_completion(endpoint: Endpoint, messages: list[dict[str, str]], *,
         evaluated_model_params=params or None,
         evaluated_model_selected_model=body.get("model") or model,
         metadata={"http_attempts": attempts, "usage": body.get("usage")},
+        usage=Usage.of(body.get("usage"), model),
     )
 
 
 class ChatTask(Task):
-    """A task that sends the row's system prompt and input to a chat endpoint."""
+    """A task that sends the row's system prompt and input to a chat endpoint.
+
+    Its result's ``usage`` holds the model asked for and the answer's tokens.
+    ``cache=True`` answers a call from the experiment's cache when the same model, with
+    the same parameters at the same endpoint, got the same messages before.
+    """
 
     def __init__(self, model: str | None = None, *, name: str = "chat",
                  endpoint: Endpoint | None = None, provider: str = "openai",
-                 timeout_seconds: float | None = None, **params: Any) -> None:
-        super().__init__(name, timeout_seconds=timeout_seconds)
+                 timeout_seconds: float | None = None, cache: bool | None = None,
+                 **params: Any) -> None:
+        super().__init__(name, timeout_seconds=timeout_seconds, cache=cache)
         self.model, self.provider, self.params = model or default_model(), provider, params
         self.endpoint = endpoint or openai_endpoint()
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"model": self.model, "provider": self.provider, "params": self.params,
+                "base_url": self.endpoint.base_url}
 
     async def execute(self, evaluated_model_input: str,
                       evaluated_model_system_prompt: str | None = None) -> TaskResult:
@@ -119,12 +130,15 @@ class LLMJudge(Evaluator):
 
     The answer must be JSON with ``pass`` and/or ``score`` (``pass`` is then
     ``score >= threshold``); anything else is this row's evaluator error, the raw text kept.
+    Its result's ``usage`` holds the model and tokens; ``cache=True`` as `ChatTask`.
     """
 
     def __init__(self, name: str, pass_criteria: str, *, model: str | None = None,
                  endpoint: Endpoint | None = None, threshold: float = 0.5,
-                 timeout_seconds: float | None = None, **params: Any) -> None:
-        super().__init__(name, criteria=pass_criteria.strip(), timeout_seconds=timeout_seconds)
+                 timeout_seconds: float | None = None, cache: bool | None = None,
+                 **params: Any) -> None:
+        super().__init__(name, criteria=pass_criteria.strip(), timeout_seconds=timeout_seconds,
+                         cache=cache)
         self.pass_criteria, self.threshold = pass_criteria, threshold
         self.model, self.params = model or default_model(), {"temperature": 0, **params}
         self.endpoint = endpoint or openai_endpoint()
@@ -141,7 +155,13 @@ class LLMJudge(Evaluator):
             "POST", "/chat/completions",
             json={"model": self.model, "messages": messages, **self.params})
         result = parse_verdict(body["choices"][0]["message"]["content"] or "", self.threshold)
-        return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts}})
+        return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
+                                          "usage": Usage.of(body.get("usage"), self.model)})
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"model": self.model, "params": self.params, "criteria": self.pass_criteria,
+                "threshold": self.threshold, "system": JUDGE_SYSTEM,
+                "base_url": self.endpoint.base_url}
 
     async def aclose(self) -> None:
         await self.endpoint.aclose()

@@ -224,6 +224,12 @@ class Location:
             return pq.read_table(self.local, columns=columns, schema=schema)
         return pq.read_table(self._key, columns=columns, schema=schema, filesystem=self._fs)
 
+    def read_schema(self) -> pa.Schema:
+        """The Parquet file's schema (its footer only)."""
+        if self.local is not None:
+            return pq.read_schema(self.local)
+        return pq.read_schema(self._key, filesystem=self._fs)
+
     def iterdir(self) -> list[Location]:
         """What is directly in this folder (nothing when there is no such folder)."""
         if self.local is not None:

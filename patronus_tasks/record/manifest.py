@@ -44,6 +44,31 @@ class PrefectRecords(_Model):
     complete: bool
 
 
+class MetricValue(_Model):
+    """One value of a dataset-level metric, or the error it gave (failures as data)."""
+
+    name: str
+    metric: str  # the metric function that gave it
+    value: float | None = None
+    error: str | None = None
+
+
+class UsageTotal(_Model):
+    """Calls of one step with one model: how many, how many the cache answered, their
+    tokens (of the calls made) and what they cost (``cost_usd`` None: no price known for
+    some of them, whose tokens are ``unpriced_calls``)."""
+
+    step: str
+    kind: Literal["task", "evaluator"]
+    model: str | None = None
+    calls: int = 0
+    cached: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced_calls: int = 0
+
+
 class Manifest(_Model):
     manifest_version: int = MANIFEST_VERSION
     project: str
@@ -60,6 +85,12 @@ class Manifest(_Model):
     task_errors: int = 0
     evaluator_errors: int = 0
     errored_rows: int = 0
+    repeats: int = 1  # runs of each row (``repeats=N``)
+    calls: int | None = None  # step calls made (the cache's answers not counted)
+    cached_calls: int | None = None  # step calls the cache answered
+    cost_usd: float | None = None  # what the calls made cost, where their price is known
+    usage: list[UsageTotal] | None = None  # per step and model
+    metrics: list[MetricValue] | None = None  # dataset-level metrics (``metrics=``)
     worker_pids: list[int] | None = None
     dataset: DatasetInfo = DatasetInfo()
     links: list[LinkInfo] = []
@@ -72,5 +103,6 @@ class Manifest(_Model):
 
     def to_json(self) -> dict[str, Any]:
         """The JSON file's content (the ``prefect`` block only once there is one)."""
-        empty = {name for name in ("prefect", "reports") if getattr(self, name) is None}
+        empty = {name for name in ("prefect", "reports", "usage", "metrics", "calls",
+                                   "cached_calls", "cost_usd") if getattr(self, name) is None}
         return self.model_dump(mode="json", exclude=empty or None)

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.records import FIXED_SCHEMA, Record, dataset_column_name
+from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
 PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see _resume.py)
@@ -84,9 +84,9 @@ def dataset_schema(df: pd.DataFrame) -> tuple[pa.Schema, frozenset[str]]:
 
 @dataclass(frozen=True)
 class RowOrder:
-    """The order records are kept in: the dataset's rows (``sids``), then chain link, then
-    the link's evaluators in the order given (``evaluators``: (link, name)), the task's own
-    record (no evaluator) first."""
+    """The order records are kept in: the dataset's rows (``sids``), then repeat, then chain
+    link, then the link's evaluators in the order given (``evaluators``: (link, name)), the
+    task's own record (no evaluator) first."""
 
     sids: Sequence[str]
     evaluators: Sequence[tuple[int, str]] = ()
@@ -98,13 +98,16 @@ class RowOrder:
         evaluators = pa.array([f"{link}\x00{name}" for link, name in self.evaluators], pa.string())
         named = pc.binary_join_element_wise(pc.cast(table["link_index"], pa.string()),
                                             table["evaluator_name"], "\x00")
+        repeat = (pc.fill_null(table["repeat"], 0) if "repeat" in table.column_names
+                  else pa.nulls(table.num_rows, pa.int32()).fill_null(0))
         keys = pa.table({
             "row": pc.fill_null(pc.index_in(table["sid"], value_set=pa.array(self.sids, pa.string())),
                                 len(self.sids)),
-            "link": table["link_index"],
+            "repeat": repeat, "link": table["link_index"],
             "evaluator": pc.fill_null(pc.index_in(named, value_set=evaluators), -1)})
         return table.take(pc.sort_indices(keys, sort_keys=[
-            ("row", "ascending"), ("link", "ascending"), ("evaluator", "ascending")]))
+            ("row", "ascending"), ("repeat", "ascending"), ("link", "ascending"),
+            ("evaluator", "ascending")]))
 
 
 class ParquetSink:
@@ -320,19 +323,39 @@ def read_results(out_dir: Path | Location, columns: list[str] | None = None) -> 
     """
     final = Location.of(out_dir) / RESULTS_FILE
     if final.exists():
-        return final.read_table(columns=columns)
+        if columns is None:
+            return final.read_table()
+        present = set(final.read_schema().names)
+        return _with_columns(final.read_table(columns=[c for c in columns if c in present]), columns)
     table = _read_unfinished(Location.of(out_dir))
-    return table.select(columns) if columns else table
+    return _with_columns(table, columns) if columns else table
+
+
+def _with_columns(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table``'s ``columns`` in that order; a fixed one an older file lacks, as nulls."""
+    types = {name: typ for name, typ, _ in COLUMNS}
+    for name in columns:
+        if name not in table.column_names:
+            table = table.append_column(pa.field(name, types.get(name, pa.null())),
+                                        pa.nulls(len(table), types.get(name, pa.null())))
+    return table.select(columns)
 
 
 def _read_unfinished(out_dir: Location) -> pa.Table:
     tables = unfinished_tables(out_dir)
     previous = out_dir / PREVIOUS_FILE
-    if previous.exists():  # an interrupted resume: newer records win per sample
+    if previous.exists():  # an interrupted resume: newer records win per run of a row
         older = previous.read_table()
-        newer_sids = {s for t in tables for s in t.column("sid").to_pylist()}
-        mask = pa.array([s not in newer_sids for s in older.column("sid").to_pylist()])
-        tables.insert(0, older.filter(mask))
+        newer = pa.array([k for t in tables for k in unit_keys(t).to_pylist()], pa.string())
+        tables.insert(0, older.filter(pc.invert(pc.is_in(unit_keys(older), value_set=newer))))
     if not tables:
         raise FileNotFoundError(f"no results in {out_dir}")
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def unit_keys(table: pa.Table) -> pa.Array:
+    """Each record's run of a row (sample id and repeat) as one string, for set look-ups."""
+    repeat = (table["repeat"] if "repeat" in table.column_names
+              else pa.nulls(len(table), pa.int32()))
+    text = pc.fill_null(pc.cast(repeat, pa.string()), "")
+    return pc.binary_join_element_wise(pc.cast(table["sid"], pa.string()), text, "\x00")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import traceback
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from patronus_tasks.define.row import Sample
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 
 STATUS_OK, STATUS_SKIPPED, STATUS_ERROR = "ok", "skipped", "error"
 
@@ -36,6 +36,8 @@ class Record:
         "sample id: the dataset's `sid` column, or the 1-based row position"))
     link_index: int | None = field(default=None, metadata=_column(
         pa.int32(), "0-based index of the chain link"))
+    repeat: int | None = field(default=None, metadata=_column(
+        pa.int32(), "which run of the row, 1 to N, with `repeats=N` (N > 1); null without repeats"))
     task_name: str | None = field(default=None, metadata=_column(
         pa.string(), "name of the link's task; null for a taskless link"))
     evaluator_name: str | None = field(default=None, metadata=_column(
@@ -72,6 +74,28 @@ class Record:
         pa.int32(), "calls made of the link's task (1 + retries used)"))
     evaluation_attempts: int | None = field(default=None, metadata=_column(
         pa.int32(), "calls made of the evaluator (1 + retries used)"))
+    task_model: str | None = field(default=None, metadata=_column(
+        pa.string(), "the model the task's call used, as its `usage` says"))
+    task_input_tokens: int | None = field(default=None, metadata=_column(
+        pa.int64(), "input (prompt) tokens of the task's call"))
+    task_output_tokens: int | None = field(default=None, metadata=_column(
+        pa.int64(), "output (completion) tokens of the task's call"))
+    task_cost_usd: float | None = field(default=None, metadata=_column(
+        pa.float64(), "what the task's call cost in USD: 0 when cached, null when its price is "
+        "unknown"))
+    task_cached: bool | None = field(default=None, metadata=_column(
+        pa.bool_(), "the task's result came from the cache: no call made"))
+    evaluation_model: str | None = field(default=None, metadata=_column(
+        pa.string(), "the model the evaluator's call used, as its `usage` says"))
+    evaluation_input_tokens: int | None = field(default=None, metadata=_column(
+        pa.int64(), "input (prompt) tokens of the evaluator's call"))
+    evaluation_output_tokens: int | None = field(default=None, metadata=_column(
+        pa.int64(), "output (completion) tokens of the evaluator's call"))
+    evaluation_cost_usd: float | None = field(default=None, metadata=_column(
+        pa.float64(), "what the evaluator's call cost in USD: 0 when cached, null when its price "
+        "is unknown"))
+    evaluation_cached: bool | None = field(default=None, metadata=_column(
+        pa.bool_(), "the evaluator's result came from the cache: no call made"))
     error_type: str | None = field(default=None, metadata=_column(
         pa.string(), "exception type of a failed step"))
     error_message: str | None = field(default=None, metadata=_column(
@@ -133,11 +157,32 @@ def row_values(sample: Sample) -> dict[str, Any]:
     return {dataset_column_name(k): v for k, v in sample.values.items() if k != "sid"}
 
 
+class Paid(NamedTuple):
+    """What a call cost (None: unknown) and whether the cache answered it (then: nothing).
+    A tuple: one is made per call."""
+
+    cost_usd: float | None = None
+    cached: bool = False
+
+
+def usage_fields(stage: str, usage: Usage | None, paid: Paid | None) -> dict[str, Any]:
+    """The ``<stage>_model``, tokens, cost and cached columns of a call (``paid``: None
+    when no call was made or answered)."""
+    if paid is None:
+        return {}
+    fields: dict[str, Any] = {f"{stage}_cached": paid.cached, f"{stage}_cost_usd": paid.cost_usd}
+    if usage is not None:
+        fields.update({f"{stage}_model": usage.model, f"{stage}_input_tokens": usage.input_tokens,
+                       f"{stage}_output_tokens": usage.output_tokens})
+    return fields
+
+
 def task_fields(result: TaskResult | None, duration: float | None,
-                attempts: int | None) -> dict[str, Any]:
+                attempts: int | None, paid: Paid | None = None) -> dict[str, Any]:
     """The task columns of a record."""
     if result is None:
-        return {"task_duration_s": duration, "task_attempts": attempts}
+        return {"task_duration_s": duration, "task_attempts": attempts,
+                **usage_fields("task", None, paid)}
     metadata = {**result.model_info(), **(result.metadata or {})} or None
     return {
         "task_output": result.evaluated_model_output,
@@ -145,15 +190,18 @@ def task_fields(result: TaskResult | None, duration: float | None,
         "task_tags": _json(result.tags),
         "task_duration_s": duration,
         "task_attempts": attempts,
+        **usage_fields("task", result.usage, paid),
     }
 
 
-def evaluation_fields(result: EvaluationResult | None, duration: float | None) -> dict[str, Any]:
+def evaluation_fields(result: EvaluationResult | None, duration: float | None,
+                      paid: Paid | None = None) -> dict[str, Any]:
     """The evaluator columns of a record."""
     if result is None:
-        return {"evaluation_duration_s": duration}
+        return {"evaluation_duration_s": duration, **usage_fields("evaluation", None, paid)}
     reported = result.evaluation_duration
     return {
+        **usage_fields("evaluation", result.usage, paid),
         "pass_": result.pass_,
         "score": result.score_raw,
         "text_output": result.text_output,

@@ -1,5 +1,8 @@
 """Resuming an experiment: reuse what a previous run of it completed, run the rest.
 
+What is reused or run is a run of a row: a sample, and with ``repeats=N`` one of its N
+repeats (records are matched by sample id and repeat).
+
 A previous run leaves records in ``results.parquet`` (finished), or in parts and
 journals (interrupted), or in ``previous.parquet`` plus newer parts (a resume that was
 itself interrupted). `consolidate` merges them into ``previous.parquet``, newer records
@@ -22,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED, Record
@@ -35,11 +38,19 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+def _usage(model: str | None, input_tokens: int | None, output_tokens: int | None) -> Usage | None:
+    if model is None and input_tokens is None and output_tokens is None:
+        return None
+    return Usage(model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+
+
 def _task_result(record: Record) -> TaskResult | None:
     if record.status == STATUS_SKIPPED and record.evaluator_name is None:
         return None
     return TaskResult(evaluated_model_output=record.task_output,
-                      metadata=_loads(record.task_metadata), tags=_loads(record.task_tags))
+                      metadata=_loads(record.task_metadata), tags=_loads(record.task_tags),
+                      usage=_usage(record.task_model, record.task_input_tokens,
+                                   record.task_output_tokens))
 
 
 def _evaluation(record: Record) -> EvaluationResult | None:
@@ -48,63 +59,85 @@ def _evaluation(record: Record) -> EvaluationResult | None:
     return EvaluationResult(
         pass_=record.pass_, score_raw=record.score, text_output=record.text_output,
         explanation=record.explanation, metadata=_loads(record.evaluation_metadata),
-        tags=_loads(record.evaluation_tags), evaluation_duration=record.evaluation_duration_s)
+        tags=_loads(record.evaluation_tags), evaluation_duration=record.evaluation_duration_s,
+        usage=_usage(record.evaluation_model, record.evaluation_input_tokens,
+                     record.evaluation_output_tokens))
 
 
 @dataclass
 class Replayed:
-    """A step's outcome taken from a previous run's record."""
+    """A step's outcome taken from a previous run's record (what it cost then, whether the
+    cache answered it)."""
 
     value: Any
     attempts: int
     duration: float | None
+    cached: bool = False
+    cost: float | None = None
+
+
+def _replayed(value: Any, attempts: int | None, duration: float | None, cached: bool | None,
+              cost: float | None) -> Replayed:
+    """A step as its record left it: a call the cache answered made no attempt."""
+    return Replayed(value, attempts or (0 if cached else 1), duration, bool(cached), cost)
+
+
+#: A run of a row: its sample id and repeat (None without repeats).
+UnitKey = tuple[str, int | None]
 
 
 @dataclass
 class Replay:
-    """What a previous run completed, by sample id."""
+    """What a previous run completed, by run of a row (sample id and repeat)."""
 
-    rows: dict[str, list[Record]] = field(default_factory=dict)
+    rows: dict[UnitKey, list[Record]] = field(default_factory=dict)
     retry_errors_only: bool = False
 
-    def complete(self, sid: str) -> bool:
-        """Reuse this row whole: it ran before and nothing in it failed."""
-        records = self.rows.get(sid)
+    def complete(self, sid: str, repeat: int | None = None) -> bool:
+        """Reuse this run of a row whole: it ran before and nothing in it failed."""
+        records = self.rows.get((sid, repeat))
         return records is not None and all(r.status != STATUS_ERROR for r in records)
 
-    def wanted(self, sid: str) -> bool:
-        """Run this row (again): missing rows only when not just retrying errors."""
-        if self.complete(sid):
+    def wanted(self, sid: str, repeat: int | None = None) -> bool:
+        """Run this run of a row (again): missing ones only when not just retrying errors."""
+        if self.complete(sid, repeat):
             return False
-        return sid in self.rows or not self.retry_errors_only
+        return (sid, repeat) in self.rows or not self.retry_errors_only
 
-    def steps(self, sid: str) -> dict[tuple[int, str], Replayed]:
-        """The completed steps of a row that will run again, keyed (link, step)."""
+    def steps(self, sid: str, repeat: int | None = None) -> dict[tuple[int, str], Replayed]:
+        """The completed steps of a run of a row that will run again, keyed (link, step)."""
         found: dict[tuple[int, str], Replayed] = {}
-        for r in self.rows.get(sid, []):
+        for r in self.rows.get((sid, repeat), []):
             link = r.link_index or 0
             task_ok = r.task_name is not None and r.error_stage != "task"
             if task_ok and (r.status != STATUS_ERROR or r.error_stage == "evaluator"):
-                found[(link, TASK)] = Replayed(_task_result(r), r.task_attempts or 1,
-                                               r.task_duration_s)
+                found[(link, TASK)] = _replayed(_task_result(r), r.task_attempts,
+                                                r.task_duration_s, r.task_cached,
+                                                r.task_cost_usd)
             if r.evaluator_name is not None and r.status in (STATUS_OK, STATUS_SKIPPED):
-                found[(link, r.evaluator_name)] = Replayed(
-                    _evaluation(r), r.evaluation_attempts or 1, r.evaluation_duration_s)
+                found[(link, r.evaluator_name)] = _replayed(
+                    _evaluation(r), r.evaluation_attempts, r.evaluation_duration_s,
+                    r.evaluation_cached, r.evaluation_cost_usd)
         return found
 
     def reused_records(self) -> Iterator[list[Record]]:
-        for sid, records in self.rows.items():
-            if self.complete(sid):
+        for (sid, repeat), records in self.rows.items():
+            if self.complete(sid, repeat):
                 yield records
 
+    def of(self, sids: set[str]) -> Replay:
+        """This replay for the rows ``sids`` only (a batch's)."""
+        return Replay({k: v for k, v in self.rows.items() if k[0] in sids}, self.retry_errors_only)
 
-def _by_sid(table: pa.Table | None) -> dict[str, list[Record]]:
-    rows: dict[str, list[Record]] = defaultdict(list)
+
+def _by_unit(table: pa.Table | None) -> dict[UnitKey, list[Record]]:
+    rows: dict[UnitKey, list[Record]] = defaultdict(list)
     if table is not None:
         for values in table.to_pylist():  # the file's boundary: records from here
             record = Record.from_row(values)
-            rows[record.sid].append(record)
+            rows[(record.sid, record.repeat)].append(record)
     return dict(rows)
+
 
 
 def consolidate(out_dir: Path | Location) -> pa.Table | None:
@@ -121,9 +154,9 @@ def consolidate(out_dir: Path | Location) -> pa.Table | None:
     newer_parts = _parquet.unfinished_tables(out_dir)
     newer = pa.concat_tables(newer_parts, promote_options="permissive") if newer_parts else None
     if newer is not None and older is not None:
-        keep = pc.invert(pc.is_in(older["sid"], value_set=pc.unique(newer["sid"])))
-        older = pa.concat_tables([older.filter(keep), newer.select(older.schema.names)],
-                                 promote_options="permissive")
+        keep = pc.invert(pc.is_in(_parquet.unit_keys(older),
+                                  value_set=pc.unique(_parquet.unit_keys(newer))))
+        older = pa.concat_tables([older.filter(keep), newer], promote_options="permissive")
     merged = older if older is not None else newer
     if merged is None:
         return None
@@ -135,7 +168,7 @@ def consolidate(out_dir: Path | Location) -> pa.Table | None:
 
 def load_replay(out_dir: Path | Location, retry_errors_only: bool) -> Replay:
     """The previous run's records in ``out_dir``, ready to reuse."""
-    return Replay(_by_sid(consolidate(out_dir)), retry_errors_only)
+    return Replay(_by_unit(consolidate(out_dir)), retry_errors_only)
 
 
 def finish(out_dir: Path | Location) -> None:

@@ -197,7 +197,8 @@ def _change(e: EvaluatorComparison) -> tuple[float, float, bool] | None:
 def _change_text(e: EvaluatorComparison, is_rate: bool) -> str:
     moved = f"{len(e.regressed)} regressed, {len(e.improved)} improved"
     if is_rate and e.pass_diff is not None:
-        p = f", p={e.mcnemar_p:.2g}" if e.mcnemar_p is not None else ""
+        shown = e.mcnemar_p if e.mcnemar_p is not None else e.pass_p
+        p = f", p={shown:.2g}" if shown is not None else ""
         return f"{e.pass_diff:+.1%}{p} · {moved}"
     p = f", p={e.score_p:.2g}" if e.score_p is not None else ""
     return f"mean {e.mean_diff or 0:+.3g}{p} · {moved}"
@@ -237,7 +238,8 @@ def _label(e: EvaluatorComparison, many: bool) -> str:
 def _movement_colour(e: EvaluatorComparison, moved: float, alpha: float) -> str:
     if e.regressed_significantly(alpha):
         return FAIL
-    p = e.mcnemar_p if e.pass_diff is not None else e.score_p
+    p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if e.pass_diff is not None \
+        else e.score_p
     return PASS if moved > 0 and p is not None and p < alpha else NEUTRAL
 
 

@@ -21,10 +21,14 @@ from patronus_tasks.report import charts
 from patronus_tasks.report.rows import counted_columns, packed, table_data
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.summary import Summary
+from patronus_tasks.results.repeats import RepeatStats
+from patronus_tasks.results.summary import Summary, metric_text
+from patronus_tasks.results.usage import usage_rows
 
 #: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
 SIDS_SHOWN = 50
+#: Rows that flip between repeats, listed in the summary table's cell (each a filter).
+FLIPS_SHOWN = 6
 ALPHA = 0.05
 
 
@@ -97,10 +101,46 @@ def summary_section(r: ReportInput) -> str:
              "errors": e.errors, "skipped": e.skipped,
              "mean score": f"{e.scores['mean']:.3g}" if "mean" in e.scores else "",
              "results": e.count} for e in s.evaluators]
+    if any(e.repeats for e in s.evaluators):
+        rows = [{**row, **_repeat_cells(e.repeats)} for row, e in zip(rows, s.evaluators, strict=True)]
     totals = (f"{s.samples} rows · task errors {s.task_errors} · evaluator errors "
               f"{s.evaluator_errors} · skipped rows {s.skipped_tasks}")
     return (f'<h2>Summary</h2><section class="card"><p>{esc(totals)}</p>{_table(rows)}'
-            f"{counted_section(r.df)}{_filters_hint()}</section>")
+            f"{metrics_section(s)}{usage_section(s)}{counted_section(r.df)}{_filters_hint()}"
+            "</section>")
+
+
+def _repeat_cells(r: RepeatStats | None) -> dict[str, Any]:
+    if r is None:
+        return {"pass@k": "", "pass^k": "", "flipping rows": ""}
+    lo, hi = r.interval or (r.mean_pass_rate, r.mean_pass_rate)
+    flips = "".join(chip(sid, {"column": "sid", "value": "=" + sid}) for sid in r.flipping[:FLIPS_SHOWN])
+    if len(r.flipping) > FLIPS_SHOWN:
+        flips += f" <span class=note>(+{len(r.flipping) - FLIPS_SHOWN} more)</span>"
+    return {"pass@k": f"<b>{r.pass_at_k:.1%}</b> <span class=note>k={r.k}; mean {r.mean_pass_rate:.1%} "
+                      f"[{lo:.0%}, {hi:.0%}]</span>",
+            "pass^k": f"{r.pass_hat_k:.1%}", "flipping rows": f"{len(r.flipping)}/{r.rows} {flips}"}
+
+
+def metrics_section(s: Summary) -> str:
+    """The dataset-level metrics: each value, or the error its metric gave."""
+    if not s.metrics:
+        return ""
+    rows = [{"metric": esc(m.name), "value": esc(metric_text(m)), "from": esc(m.metric)}
+            for m in s.metrics]
+    return f"<h3>Metrics (dataset-level)</h3>{_table(rows)}"
+
+
+def usage_section(s: Summary) -> str:
+    """Calls, tokens and cost per step and model (calls made; cached ones apart)."""
+    rows = usage_rows(s.usage)
+    if not rows:
+        return ""
+    cost = s.cost_usd
+    total = "" if cost is None else f"<p>Cost of the calls made: <b>${cost:,.4g}</b></p>"
+    return (f"<h3>Tokens and cost</h3>{total}{_table([{k: esc(v) for k, v in r.items()} for r in rows])}"
+            "<p class=note>The cache's answers cost nothing; a model with no known price adds "
+            "its tokens, not a cost.</p>")
 
 
 def _filters_hint() -> str:
@@ -112,7 +152,7 @@ def counted_section(df: pd.DataFrame) -> str:
     """Tokens and cost totals, where recorded: a row's task-level figure repeats in each
     of its evaluators' records, so such a column is summed once per (row, link)."""
     parts = []
-    for name in counted_columns(df):
+    for name in (c for c in counted_columns(df) if c not in FIXED_NAMES):  # ours: `usage_section`
         per_row = df.groupby(["sid", "link_index"])[name].nunique(dropna=True).max() <= 1
         values = df.drop_duplicates(["sid", "link_index"])[name] if per_row else df[name]
         total = float(values.sum(skipna=True))
@@ -143,7 +183,8 @@ def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
         lo, hi = e.pass_diff_ci
         change = f"{e.pass_rate_a:.1%} → {e.pass_rate_b:.1%}"
         diff = f"{e.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}]"
-        p = f"McNemar {e.mcnemar_p:.3g}" if e.mcnemar_p is not None else ""
+        p = (f"McNemar {e.mcnemar_p:.3g}" if e.mcnemar_p is not None
+             else f"bootstrap {e.pass_p:.3g}" if e.pass_p is not None else "")
     else:
         lo, hi = e.mean_diff_ci or (0.0, 0.0)
         change = f"mean {e.mean_a or 0:.3g} → {e.mean_b or 0:.3g}"

@@ -21,11 +21,13 @@ import pandas as pd
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_SKIPPED
 
 #: The record's columns, in the order the table shows them (dataset columns follow).
-LEADING = ("sid", "link_index", "task_name", "evaluator_name", "verdict", "score",
+LEADING = ("sid", "link_index", "repeat", "task_name", "evaluator_name", "verdict", "score",
            "explanation", "task_output", "error_type", "error_message")
 #: Columns the table shows at first (the others are one click away, and in the row's view).
-SHOWN = ("sid", "link_index", "evaluator_name", "verdict", "score", "explanation",
+SHOWN = ("sid", "link_index", "repeat", "evaluator_name", "verdict", "score", "explanation",
          "task_output", "error_type")
+#: Shown at first when any record says yes.
+SHOWN_WHEN_TRUE = ("task_cached", "evaluation_cached")
 #: Tokens and cost, where a run recorded them (columns named so).
 COUNTED = re.compile(r"(^|_)(tokens?|cost)(_|$)|_usd$")
 
@@ -95,7 +97,8 @@ def table_data(df: pd.DataFrame, dataset_columns: list[str]) -> dict[str, Any]:
         kind = "num" if name in counted else _kind(df[name])
         columns.append({"name": name, "kind": kind, "values": _values(df[name], kind, strings),
                         "shown": name in SHOWN or name in counted
-                        or name in dataset_columns[:3],
+                        or name in dataset_columns[:3]
+                        or (name in SHOWN_WHEN_TRUE and bool(df[name].fillna(False).any())),
                         "dataset": name in dataset_columns})
     return {"rows": len(df), "strings": list(strings.index), "columns": columns}
 

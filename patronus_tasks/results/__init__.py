@@ -1,8 +1,10 @@
 """Reading results: an experiment's records and summary, past runs, comparisons."""
 
+from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import ErrorInfo
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.repeats import RepeatStats
 from patronus_tasks.results.store import list_experiments, load_experiment
 from patronus_tasks.results.summary import EvaluatorStats, Summary
 
@@ -12,7 +14,10 @@ __all__ = [
     "EvaluatorComparison",
     "EvaluatorStats",
     "Experiment",
+    "MetricValue",
+    "RepeatStats",
     "Summary",
+    "UsageTotal",
     "compare_experiments",
     "list_experiments",
     "load_experiment",

@@ -4,6 +4,12 @@ Rows are paired by sample id within each (chain link, evaluator). An errored eva
 counts as not passed and has no score. Pass/fail uses McNemar's exact test on the
 discordant pairs; scores use a paired bootstrap of the mean difference (seeded, so the
 same inputs always give the same figures).
+
+With repeats (``repeats=N``), runs pair by sample id and repeat (``pair="repeat"``, when
+both experiments ran the same repeats) or each row's mean over its runs is compared
+(``pair="mean"``, the default when they differ: a row's pass share and mean score, the
+difference by a paired bootstrap). The calls, tokens and cost of both, and their
+dataset-level metrics, are set side by side.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.usage import total_cost, usage_totals
 
 _Z = {0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
 
@@ -35,6 +44,7 @@ class EvaluatorComparison:
     mcnemar_c: int = 0  # passed in B, not in A
     mcnemar_statistic: float | None = None
     mcnemar_p: float | None = None
+    pass_p: float | None = None  # rows' pass shares (``pair="mean"``): paired bootstrap p
     mean_a: float | None = None
     mean_b: float | None = None
     mean_diff: float | None = None
@@ -46,8 +56,9 @@ class EvaluatorComparison:
     def regressed_significantly(self, alpha: float = 0.05) -> bool:
         """The pass rate fell with McNemar p < ``alpha`` (with no verdicts: the mean score
         fell with the bootstrap's p < ``alpha``)."""
-        if self.pass_diff is not None and self.mcnemar_p is not None:
-            return self.pass_diff < 0 and self.mcnemar_p < alpha
+        p = self.mcnemar_p if self.mcnemar_p is not None else self.pass_p
+        if self.pass_diff is not None and p is not None:
+            return self.pass_diff < 0 and p < alpha
         if self.mean_diff is not None and self.score_p is not None:
             return self.mean_diff < 0 and self.score_p < alpha
         return False
@@ -62,6 +73,19 @@ class Comparison:
     evaluators: list[EvaluatorComparison]
     only_in_a: int
     only_in_b: int
+    pairing: str = "sid"  # "sid", "repeat" (sample id and repeat) or "mean" (rows' means)
+    usage_a: list[UsageTotal] = field(default_factory=list)
+    usage_b: list[UsageTotal] = field(default_factory=list)
+    metrics_a: list[MetricValue] = field(default_factory=list)
+    metrics_b: list[MetricValue] = field(default_factory=list)
+
+    @property
+    def cost_a(self) -> float | None:
+        return total_cost(self.usage_a)
+
+    @property
+    def cost_b(self) -> float | None:
+        return total_cost(self.usage_b)
 
     @property
     def has_regressions(self) -> bool:
@@ -73,12 +97,54 @@ class Comparison:
 
     def format(self, rows_shown: int = 10) -> str:
         """A text report: per evaluator the figures, then regressed and improved samples."""
-        lines = [f"Comparing B={self.b} against A={self.a}"]
+        lines = [f"Comparing B={self.b} against A={self.a}"
+                 + {"repeat": " (runs paired by sample id and repeat)",
+                    "mean": " (rows' means over their repeats)"}.get(self.pairing, "")]
         if self.only_in_a or self.only_in_b:
             lines.append(f"Unpaired samples: {self.only_in_a} only in A, {self.only_in_b} only in B")
         for e in self.evaluators:
             lines.extend(_format_one(e, rows_shown))
-        return "\n".join(lines)
+        return "\n".join(lines + self.format_metrics() + self.format_usage())
+
+    def format_metrics(self) -> list[str]:
+        """The dataset-level metrics of A and B, by name."""
+        a, b = {m.name: m for m in self.metrics_a}, {m.name: m for m in self.metrics_b}
+        if not a and not b:
+            return []
+        lines = ["", "Metrics (dataset-level)"]
+        for name in dict.fromkeys([*a, *b]):
+            va, vb = _value(a.get(name)), _value(b.get(name))
+            diff = f"  diff {vb - va:+.4g}" if va is not None and vb is not None else ""
+            lines.append(f"  {name}: A {_shown(a.get(name))}  B {_shown(b.get(name))}{diff}")
+        return lines
+
+    def format_usage(self) -> list[str]:
+        """Calls, tokens and cost of A and B (calls made; cached apart)."""
+        if not self.usage_a and not self.usage_b:
+            return []
+        def one(usage: list[UsageTotal]) -> str:
+            cost = total_cost(usage)
+            return (f"cost {'unknown' if cost is None else f'${cost:.4g}'}, "
+                    f"{sum(u.input_tokens for u in usage):,} tokens in, "
+                    f"{sum(u.output_tokens for u in usage):,} out, "
+                    f"{sum(u.calls for u in usage)} calls made, {sum(u.cached for u in usage)} cached")
+        lines = ["", "Tokens and cost", f"  A: {one(self.usage_a)}", f"  B: {one(self.usage_b)}"]
+        if self.cost_a is not None and self.cost_b is not None:
+            lines.append(f"  cost diff {self.cost_b - self.cost_a:+.4g} USD"
+                         + (f" ({self.cost_b / self.cost_a - 1:+.1%})" if self.cost_a else ""))
+        return lines
+
+
+def _value(m: MetricValue | None) -> float | None:
+    return None if m is None else m.value
+
+
+def _shown(m: MetricValue | None) -> str:
+    if m is None:
+        return "-"
+    if m.error is not None:
+        return "error"
+    return "-" if m.value is None else f"{m.value:.4g}"
 
 
 def _f(value: float | None, pct: bool = False) -> str:
@@ -91,10 +157,11 @@ def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
     lines = ["", f"{e.evaluator} [link {e.link_index}]  ({e.paired} paired samples)"]
     if e.pass_rate_a is not None and e.pass_diff_ci is not None:
         lo, hi = e.pass_diff_ci
+        test = (f"McNemar b={e.mcnemar_b} c={e.mcnemar_c} chi2={_f(e.mcnemar_statistic)} "
+                f"p={_f(e.mcnemar_p)}" if e.mcnemar_p is not None
+                else f"paired bootstrap of rows' pass shares p={_f(e.pass_p)}")
         lines.append(f"  pass rate  A {_f(e.pass_rate_a, True)}  B {_f(e.pass_rate_b, True)}  "
-                     f"diff {_f(e.pass_diff, True)} [{lo:+.1%}, {hi:+.1%}]  "
-                     f"McNemar b={e.mcnemar_b} c={e.mcnemar_c} chi2={_f(e.mcnemar_statistic)} "
-                     f"p={_f(e.mcnemar_p)}")
+                     f"diff {_f(e.pass_diff, True)} [{lo:+.1%}, {hi:+.1%}]  {test}")
     if e.mean_a is not None and e.mean_diff_ci is not None:
         lo, hi = e.mean_diff_ci
         lines.append(f"  mean score A {_f(e.mean_a)}  B {_f(e.mean_b)}  diff {e.mean_diff:+.3f} "
@@ -135,20 +202,47 @@ def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple
 
 
 def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
+    if "repeat" not in df.columns:
+        df = df.assign(repeat=None)
     evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])]
-    out = evals[["sid", "link_index", "evaluator_name", "status", "pass", "score"]].copy()
+    out = evals[["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score"]].copy()
     errored = out["status"] == STATUS_ERROR
     out["passed"] = out["pass"].astype("boolean").fillna(False).where(~errored, False)
     out["has_pass"] = out["pass"].notna() | errored
+    # 0: no repeats (null), so that keys compare equal whatever the column's dtype
+    out["repeat"] = pd.to_numeric(out["repeat"], errors="coerce").fillna(0).astype(int)
     return out
 
 
+def _row_means(o: pd.DataFrame) -> pd.DataFrame:
+    """Each row's share of passed runs (of those with a verdict) and mean score."""
+    judged = o.assign(passed=o["passed"].astype(float).where(o["has_pass"]))
+    means = judged.groupby(["sid", "link_index", "evaluator_name"], sort=False).agg(
+        passed=("passed", "mean"), score=("score", "mean"), has_pass=("has_pass", "any"))
+    return means.reset_index()
+
+
+def _mean_verdicts(verdicts: pd.DataFrame, level: float, n_boot: int,
+                   seed: int) -> dict[str, object]:
+    """Rows' pass shares compared: a paired bootstrap of their mean difference."""
+    diffs = (verdicts["passed_b"] - verdicts["passed_a"]).to_numpy(dtype=float)
+    ci, p = _bootstrap(diffs, level, n_boot, seed)
+    return {"pass_rate_a": float(verdicts["passed_a"].mean()),
+            "pass_rate_b": float(verdicts["passed_b"].mean()), "pass_diff": float(diffs.mean()),
+            "pass_diff_ci": ci, "pass_p": p}
+
+
 def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: int,
-                   seed: int) -> EvaluatorComparison:
+                   seed: int, means: bool = False) -> EvaluatorComparison:
     g = g.sort_values("sid")
     fields: dict[str, object] = {}
     verdicts = g[g["has_pass_a"] & g["has_pass_b"]]
-    if len(verdicts):
+    if len(verdicts) and means:
+        fields.update(_mean_verdicts(verdicts, level, n_boot, seed))
+        moved = verdicts["passed_b"] - verdicts["passed_a"]
+        regressed = verdicts.loc[(moved < 0).to_numpy(), "sid"].tolist()
+        improved = verdicts.loc[(moved > 0).to_numpy(), "sid"].tolist()
+    elif len(verdicts):
         pa_, pb_ = verdicts["passed_a"].astype(bool), verdicts["passed_b"].astype(bool)
         b, c = int((pa_ & ~pb_).sum()), int((~pa_ & pb_).sum())
         stat, p = mcnemar(b, c)
@@ -169,20 +263,46 @@ def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: 
             improved = scores.loc[diffs > 0, "sid"].tolist()
     if not len(verdicts) and not len(scores):
         regressed, improved = [], []
-    return EvaluatorComparison(link_index=link, evaluator=name, paired=len(g), regressed=regressed,
-                               improved=improved, **fields)  # type: ignore[arg-type]
+    return EvaluatorComparison(link_index=link, evaluator=name, paired=len(g),
+                               regressed=list(dict.fromkeys(regressed)),
+                               improved=list(dict.fromkeys(improved)), **fields)  # type: ignore[arg-type]
+
+
+PAIRINGS = ("repeat", "mean")
+
+
+def _pairing(oa: pd.DataFrame, ob: pd.DataFrame, pair: str | None) -> str:
+    """How runs pair: by sample id (no repeats), by sample id and repeat, or rows' means."""
+    ra, rb = {int(r) for r in oa["repeat"]} - {0}, {int(r) for r in ob["repeat"]} - {0}
+    if pair is not None and pair not in PAIRINGS:
+        raise ConfigError(f"pair must be 'repeat' or 'mean', not {pair!r}.")
+    if pair == "repeat" and (not ra or ra != rb):
+        raise ConfigError("pair='repeat' needs both experiments run with the same repeats "
+                          f"(A: {sorted(ra) or 'none'}, B: {sorted(rb) or 'none'}); use pair='mean'.")
+    if pair is not None:
+        return pair
+    return "sid" if not ra and not rb else ("repeat" if ra == rb else "mean")
 
 
 def compare_experiments(a: Experiment, b: Experiment, *, level: float = 0.95,
-                        n_boot: int = 2000, seed: int = 0) -> Comparison:
-    """Compare experiment ``b`` with baseline ``a``, pairing rows by sample id."""
-    oa, ob = _outcomes(a.to_dataframe()), _outcomes(b.to_dataframe())
+                        n_boot: int = 2000, seed: int = 0, pair: str | None = None) -> Comparison:
+    """Compare experiment ``b`` with baseline ``a``, pairing rows by sample id (with
+    repeats: ``pair="repeat"`` by sample id and repeat, ``pair="mean"`` rows' means)."""
+    dfa, dfb = a.to_dataframe(), b.to_dataframe()
+    oa, ob = _outcomes(dfa), _outcomes(dfb)
+    pairing = _pairing(oa, ob, pair)
     keys = ["sid", "link_index", "evaluator_name"]
+    if pairing == "mean":
+        oa, ob = _row_means(oa), _row_means(ob)
+    else:
+        keys.append("repeat")
     merged = oa.merge(ob, on=keys, suffixes=("_a", "_b"))
     groups = [
-        _compare_group(int(link), str(name), g, level, n_boot, seed)
+        _compare_group(int(link), str(name), g, level, n_boot, seed, pairing == "mean")
         for (link, name), g in merged.groupby(["link_index", "evaluator_name"], sort=True)
     ]
     sids_a, sids_b = set(oa["sid"]), set(ob["sid"])
     return Comparison(a=a.name, b=b.name, evaluators=groups,
-                      only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a))
+                      only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
+                      pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
+                      metrics_a=a.metrics, metrics_b=b.metrics)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.manifest import Manifest
+from patronus_tasks.record.manifest import Manifest, MetricValue
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
 
 
@@ -94,7 +94,13 @@ class Experiment:
                  for e in lk["evaluators"]]
         # Only what the summary reads: the dataset's columns can be most of the records.
         records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
-        return summarize(records, order, location=str(self.results_path))
+        return summarize(records, order, location=str(self.results_path),
+                         metrics=self.metrics)
+
+    @property
+    def metrics(self) -> list[MetricValue]:
+        """The dataset-level metrics computed after the rows (``metrics=``)."""
+        return self.info.metrics or [] if self.manifest else []
 
     def format_summary(self, display_hist: bool = True) -> str:
         """The summary as text (``display_hist``: with score histograms)."""

@@ -1,27 +1,44 @@
-"""Quality gates: minimum pass rates per evaluator, shared by the API and the command line."""
+"""Quality gates: minimum pass rates per evaluator and minimum values of dataset-level
+metrics, shared by the API and the command line."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.results.summary import Summary
 
 
-def parse_thresholds(items: Iterable[str]) -> dict[str, float]:
-    """``["judge=0.9", ...]`` as ``{"judge": 0.9}``; a `ConfigError` says what is wrong."""
+def parse_thresholds(items: Iterable[str], option: str = "--min-pass-rate",
+                     rates: bool = True) -> dict[str, float]:
+    """``["judge=0.9", ...]`` as ``{"judge": 0.9}``; a `ConfigError` says what is wrong
+    (``rates``: each between 0 and 1)."""
     out: dict[str, float] = {}
     for item in items:
         name, sep, value = item.rpartition("=")
         try:
             rate = float(value)
         except ValueError:
-            rate = -1.0
-        if not sep or not name or not 0 <= rate <= 1:
-            raise ConfigError(f"--min-pass-rate {item!r}: write EVALUATOR=RATE with RATE "
-                              "between 0 and 1, e.g. is-on-point=0.9")
+            rate = math.nan
+        if not sep or not name or math.isnan(rate) or (rates and not 0 <= rate <= 1):
+            what = ("EVALUATOR=RATE with RATE between 0 and 1, e.g. is-on-point=0.9" if rates
+                    else "METRIC=VALUE, e.g. f1=0.8")
+            raise ConfigError(f"{option} {item!r}: write {what}")
         out[name] = rate
     return out
+
+
+def check_thresholds(values: Mapping[str, float] | None, option: str,
+                     rates: bool = True) -> dict[str, float]:
+    """``{name: minimum}`` checked: numbers (``rates``: between 0 and 1)."""
+    found = dict(values or {})
+    bad = {k: v for k, v in found.items() if isinstance(v, bool) or not isinstance(v, int | float)
+           or math.isnan(v) or (rates and not 0 <= v <= 1)}
+    if bad:
+        raise ConfigError(f"{option}: {bad} are not {'rates from 0 to 1' if rates else 'numbers'}; "
+                          f"write {option}={{'name': 0.8}}.")
+    return {str(k): float(v) for k, v in found.items()}
 
 
 def failed_gates(summary: Summary, min_pass_rates: Mapping[str, float]) -> list[str]:
@@ -38,6 +55,23 @@ def failed_gates(summary: Summary, min_pass_rates: Mapping[str, float]) -> list[
                 shown = "no pass/fail verdicts" if s.pass_rate is None else f"{rate:.1%}"
                 messages.append(f"{name} [link {s.link_index}]: pass rate {shown} is below "
                                 f"{threshold:.1%}")
+    return messages
+
+
+def failed_metric_gates(summary: Summary, min_metrics: Mapping[str, float]) -> list[str]:
+    """One message per metric value below its minimum (an errored or empty one too)."""
+    values = {m.name: m for m in summary.metrics}
+    messages = []
+    for name, minimum in min_metrics.items():
+        found = values.get(name)
+        if found is None:
+            known = ", ".join(sorted(values)) or "none"
+            messages.append(f"{name}: no such metric in this experiment (metrics: {known})")
+        elif found.error is not None:
+            messages.append(f"{name}: the metric failed ({found.error}), so it is not >= {minimum:g}")
+        elif found.value is None or found.value < minimum:
+            shown = "no value" if found.value is None else f"{found.value:.4g}"
+            messages.append(f"{name}: {shown} is below {minimum:g}")
     return messages
 
 

@@ -1,4 +1,9 @@
-"""Summaries of an experiment's records: per (link, evaluator) statistics, as data and text."""
+"""Summaries of an experiment's records: per (link, evaluator) statistics, calls, tokens and
+cost per step and model, repeats, dataset-level metrics; as data and text.
+
+What every reader shows (the CLI's ``show``, the Prefect artifacts and final state, the
+HTML report) comes from here.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED
+from patronus_tasks.results.repeats import RepeatStats, repeat_stats
+from patronus_tasks.results.usage import (
+    USAGE_COLUMNS,
+    format_usage,
+    total_cost,
+    usage_headline,
+    usage_totals,
+)
 
 _HIST_BINS = 5
 
@@ -32,6 +46,7 @@ class EvaluatorStats:
     pass_rate: float | None
     scores: dict[str, float] = field(default_factory=dict)
     histogram: list[tuple[float, float, int]] = field(default_factory=list)
+    repeats: RepeatStats | None = None  # with ``repeats=N``: over each row's runs
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,14 @@ class Summary:
     location: str | None = None
     task_errors_by_link: dict[int, int] = field(default_factory=dict)
     skipped_tasks_by_link: dict[int, int] = field(default_factory=dict)
+    usage: list[UsageTotal] = field(default_factory=list)  # per step and model
+    metrics: list[MetricValue] = field(default_factory=list)  # dataset-level
+    runs: int = 0  # runs of rows: samples times repeats
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the calls made cost, where their price is known."""
+        return total_cost(self.usage)
 
     @property
     def links(self) -> int:
@@ -57,19 +80,24 @@ class Summary:
         """Each evaluator's pass rate (or mean score), then the error counts."""
         many = self.links > 1
         parts = [_headline(s, many) for s in self.evaluators]
+        parts += [_metric_headline(m) for m in self.metrics]
         parts.append(f"task errors {self.task_errors}, evaluator errors {self.evaluator_errors}"
                      + (f", skipped rows {self.skipped_tasks}" if self.skipped_tasks else ""))
-        return parts
+        usage = usage_headline(self.usage)
+        return parts + ([usage] if usage else [])
 
     def headline(self) -> str:
         """`headlines` in one line."""
-        return f"{self.samples} rows: " + "; ".join(self.headlines())
+        runs = f" x {self.runs // self.samples} repeats" if self.samples and self.runs > self.samples else ""
+        return f"{self.samples} rows{runs}: " + "; ".join(self.headlines())
 
     def format(self, title: str = "", histograms: bool = True) -> str:
         """The summary as plain text, one block per (link, evaluator) in chain order."""
         lines = [title] if title else []
         for stats in self.evaluators:
             lines.extend(_format_stats(stats, histograms))
+        lines.extend(_format_metrics(self.metrics))
+        lines.extend(format_usage(self.usage))
         lines.append(
             f"Samples: {self.samples}   Task errors: {self.task_errors}   "
             f"Evaluator errors: {self.evaluator_errors}   Skipped tasks: {self.skipped_tasks}"
@@ -82,7 +110,8 @@ class Summary:
 def _headline(s: EvaluatorStats, with_link: bool) -> str:
     name = f"{s.evaluator} [link {s.link_index}]" if with_link else s.evaluator
     if s.pass_rate is not None:
-        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.verdicts + s.errors})"
+        more = f", {s.repeats.headline()}" if s.repeats is not None else ""
+        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.verdicts + s.errors}){more}"
     if "mean" in s.scores:
         return f"{name} mean {s.scores['mean']:.3g}"
     return f"{name} {s.count} results"
@@ -117,21 +146,26 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
         pass_rate=(int(verdicts.sum()) / denominator) if len(verdicts) else None,
         scores=_score_stats(scores),
         histogram=_histogram(scores) if len(scores) else [],
+        repeats=repeat_stats(group) if len(verdicts) or errors else None,
     )
 
 
 #: The record columns `summarize` reads.
-SUMMARY_COLUMNS = ("sid", "link_index", "task_name", "evaluator_name", "status", "error_stage",
-                   "pass", "score")
+SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name", "status",
+                   "error_stage", "pass", "score", *USAGE_COLUMNS)
 
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
-              location: str | None = None) -> Summary:
-    """Summarise records; ``order`` lists (link, evaluator) pairs in chain order."""
+              location: str | None = None,
+              metrics: Sequence[MetricValue] = ()) -> Summary:
+    """Summarise records; ``order`` lists (link, evaluator) pairs in chain order;
+    ``metrics``: the experiment's dataset-level metrics (computed after its rows)."""
+    if "repeat" not in df.columns:
+        df = df.assign(repeat=None)
     evals = df[df["evaluator_name"].notna()]
     groups = {key: g for key, g in evals.groupby(["link_index", "evaluator_name"], sort=True)}
     keys = [k for k in order if k in groups] + sorted(set(groups) - set(order))
-    tasks = df[df["task_name"].notna()].drop_duplicates(["sid", "link_index"])
+    tasks = df[df["task_name"].notna()].drop_duplicates(["sid", "repeat", "link_index"])
     task_errors = tasks[tasks["error_stage"] == "task"]
     skipped = tasks[(tasks["status"] == STATUS_SKIPPED) & tasks["evaluator_name"].isna()]
     return Summary(
@@ -143,6 +177,9 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
         location=location,
         task_errors_by_link=_per_link(task_errors),
         skipped_tasks_by_link=_per_link(skipped),
+        usage=usage_totals(df),
+        metrics=list(metrics),
+        runs=len(df.drop_duplicates(["sid", "repeat"])) if len(df) else 0,
     )
 
 
@@ -165,6 +202,7 @@ def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
     for key in ("mean", "min", "25%", "50%", "75%", "max"):
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
     lines.append(f"Errors    : {s.errors}   Skipped: {s.skipped}")
+    lines.extend(_format_repeats(s.repeats))
     if s.histogram and histograms:
         top = max(c for _, _, c in s.histogram) or 1
         lines.append("Score range        Count  Histogram")
@@ -172,3 +210,32 @@ def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
             bar = "#" * round(20 * count / top)
             lines.append(f"{lo:6.2f} - {hi:6.2f}  {count:6d}  {bar}")
     return lines
+
+
+def _format_repeats(r: RepeatStats | None) -> list[str]:
+    if r is None:
+        return []
+    interval = "" if r.interval is None else f"  [{r.interval[0]:.1%}, {r.interval[1]:.1%}]"
+    flips = ", ".join(r.flipping[:10]) + (f" (+{len(r.flipping) - 10} more)" if len(r.flipping) > 10 else "")
+    return [f"Repeats   : {r.k} runs of {r.rows} rows; mean pass rate {r.mean_pass_rate:.1%}{interval}",
+            f"pass@{r.k:<6}: {r.pass_at_k:.1%}   pass^{r.k}: {r.pass_hat_k:.1%}",
+            f"Flipping  : {len(r.flipping)} rows" + (f" ({flips})" if flips else "")]
+
+
+def metric_text(m: MetricValue) -> str:
+    """A metric's value as shown (its error when it failed)."""
+    if m.error is not None:
+        return f"error: {m.error}"
+    return "-" if m.value is None else f"{m.value:.4g}"
+
+
+def _metric_headline(m: MetricValue) -> str:
+    return f"{m.name} {metric_text(m)}"
+
+
+def _format_metrics(metrics: Sequence[MetricValue]) -> list[str]:
+    if not metrics:
+        return []
+    width = max(len(m.name) for m in metrics)
+    return ["", "Metrics (dataset-level)", "-----------------------",
+            *(f"{m.name:<{width}} : {metric_text(m)}" for m in metrics)]

@@ -23,10 +23,12 @@ from patronus_tasks.record import resume as _resume
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import DatasetInfo, EvaluatorInfo, LinkInfo, Manifest, PrefectRecords
 from patronus_tasks.record.records import STATUS_ERROR, Record
-from patronus_tasks.results.gates import error_gate, failed_gates
+from patronus_tasks.results.gates import error_gate, failed_gates, failed_metric_gates
+from patronus_tasks.results.metrics import evaluate_metrics
 from patronus_tasks.results.summary import Summary
+from patronus_tasks.results.usage import USAGE_COLUMNS, total_cost, usage_totals
 from patronus_tasks.run import observers
-from patronus_tasks.run.runner import RowRunner, StepRunner, run_rows
+from patronus_tasks.run.runner import RowRunner, StepRunner, run_rows, units
 from patronus_tasks.run.spec import ExperimentSpec
 from patronus_tasks.run.threads import DaemonThreadPool
 
@@ -43,6 +45,8 @@ class RunTotals:
     task_errors: int = 0
     evaluator_errors: int = 0
     errored_rows: int = 0
+    calls: int = 0  # step calls handed to be run (the cache's answers included)
+    cached: int = 0  # of them, answered from the cache
     pids: list[int] = field(default_factory=list)  # worker processes, when rows ran on Dask
 
     def add(self, records: list[Record]) -> None:
@@ -56,7 +60,8 @@ class RunTotals:
         self.task_errors += len(errors) - evaluator
 
     def __iadd__(self, other: RunTotals) -> RunTotals:
-        for name in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows"):
+        for name in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows",
+                     "calls", "cached"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.pids = sorted({*self.pids, *other.pids})
         return self
@@ -82,7 +87,7 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.d
         ended_at=ended,
         rows=tally.rows, records=tally.records, task_errors=tally.task_errors,
         evaluator_errors=tally.evaluator_errors, errored_rows=tally.errored_rows,
-        worker_pids=tally.pids or None,
+        repeats=spec.repeats, worker_pids=tally.pids or None,
         dataset=DatasetInfo(source=spec.dataset.source, rows=len(spec.dataset),
                             sha256=spec.dataset.content_hash()),
         links=[LinkInfo(task=lk.task.name if lk.task else None,
@@ -172,28 +177,28 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
         tally.add(records)
         sink.add(records)
         if spec.on_progress is not None:
-            spec.on_progress(tally.rows, len(spec.dataset))
+            spec.on_progress(tally.rows, spec.runs)
         for observer in observers.current():
             if observer.on_row is not None:
                 observer.on_row(spec, tally.rows)
         # Rows run elsewhere (batches) go to the reporters from the results file.
         return _report(spec, records) if spec.reporters and batches is None else None
 
-    rows = spec.dataset.samples()
     if replay is not None:
         for records in replay.reused_records():  # completed before: no call at all
             pending = on_records(records)
             if pending is not None:
                 await pending
-        rows = (row for row in rows if replay.wanted(row.sid))
+    rows = units(spec.dataset.samples(), spec.repeats, replay.wanted if replay else None)
     pool = DaemonThreadPool(spec.max_concurrency)
     row_runner = RowRunner(spec.links, runner, tags=spec.tags, limit=spec.max_concurrency,
-                           pool=pool, replay=replay)
+                           pool=pool, replay=replay, cache=spec.open_cache(), prices=spec.prices)
     try:
         if batches is not None:
             row_runner.calls = await batches(tally, replay)
         else:
             await run_rows(rows, row_runner, spec.max_concurrency, on_records)
+            tally.calls, tally.cached = tally.calls + row_runner.calls, tally.cached + row_runner.cached
     except BaseException:
         # Interrupted: keep every completed row as a part, and say so.
         for reporter in spec.reporters:
@@ -207,11 +212,27 @@ async def execute(spec: ExperimentSpec, runner: StepRunner, flow_run_id: str | N
     sink.finalize(manifest.to_json(), _parquet.RowOrder(
         [str(s) for s in spec.dataset.df["sid"]], spec.chain_order()))
     _resume.finish(spec.out_dir)
+    manifest = _with_figures(spec, manifest, tally)
     manifest_file.write(manifest)
     if spec.reporters:  # after the results are written: they never wait for a reporter
         manifest = await _finish_reports(spec, manifest, from_file=batches is not None)
         manifest_file.write(manifest)
     return manifest, row_runner.calls
+
+
+def _with_figures(spec: ExperimentSpec, manifest: Manifest, tally: RunTotals) -> Manifest:
+    """The manifest with what the results file says of the whole run: calls, tokens and
+    cost per step and model, the dataset-level metrics (user code: each one's failure is
+    its own value's error, never the run's)."""
+    usage = usage_totals(_parquet.read_results(
+        spec.out_dir, ["sid", "repeat", "link_index", "task_name", "evaluator_name",
+                       *USAGE_COLUMNS]).to_pandas())
+    update: dict[str, Any] = {"usage": usage or None, "cost_usd": total_cost(usage),
+                              "calls": tally.calls - tally.cached, "cached_calls": tally.cached}
+    if spec.metrics:
+        df = _parquet.read_results(spec.out_dir).to_pandas()
+        update["metrics"] = evaluate_metrics(spec.metrics, df)
+    return manifest.model_copy(update=update)
 
 
 async def _report(spec: ExperimentSpec, records: list[Record]) -> None:
@@ -231,12 +252,15 @@ async def _finish_reports(spec: ExperimentSpec, manifest: Manifest, from_file: b
 
 def gate_failures(spec: ExperimentSpec, experiment: Experiment,
                   summary: Summary | None = None) -> list[str]:
-    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``) say is wrong.
+    """What the experiment's gates (``fail_on_error``, ``min_pass_rates``, ``min_metrics``)
+    say is wrong.
 
     ``summary``: the experiment's, when already computed (saves reading the results again).
     """
     m = experiment.manifest
     failures = error_gate(int(m.get("errored_rows", 0)), int(m.get("rows", 0)), spec.fail_on_error)
-    if spec.min_pass_rates:
-        failures += failed_gates(summary or experiment.summary(), spec.min_pass_rates)
+    if spec.min_pass_rates or spec.min_metrics:
+        summary = summary or experiment.summary()
+        failures += failed_gates(summary, spec.min_pass_rates)
+        failures += failed_metric_gates(summary, spec.min_metrics)
     return failures

@@ -51,6 +51,13 @@ class ExperimentOptions(TypedDict, total=False):
     record: str
     # Write report.html (charts, figures, every record) beside the results, after them.
     html_report: bool
+    repeats: int  # run every row this many times (pass@k, pass^k, flipping rows)
+    # The cache of step calls: None (steps with cache=True only), True (every step but
+    # cache=False ones), False (none), a folder or URL for its store, or a `Cache(...)`.
+    cache: Any
+    prices: Mapping[str, Any] | None  # {model: (input, output) USD per million tokens}
+    metrics: Sequence[Any] | None  # dataset-level evaluators (`patronus_tasks.metrics`)
+    min_metrics: Mapping[str, float] | None  # gates: {metric value name: minimum}
 
 
 class RunOptions(ExperimentOptions, total=False):
@@ -66,7 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "retry_errors": False, "experiment_id": None, "fail_on_error": None,
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
     "fail_on_regression": False, "dataset": None, "reporters": None, "record": "all",
-    "html_report": True,
+    "html_report": True, "repeats": 1, "cache": None, "prices": None, "metrics": None,
+    "min_metrics": None,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

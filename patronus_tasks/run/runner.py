@@ -13,12 +13,13 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from patronus_tasks.define.chain import Link, Parent
 from patronus_tasks.define.params import ROW_FIELDS, build_kwargs
+from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.row import Sample
 from patronus_tasks.define.step_results import (
     EvaluationResult,
@@ -29,10 +30,12 @@ from patronus_tasks.define.step_results import (
 )
 from patronus_tasks.define.steps import Evaluator, Step, Task
 from patronus_tasks.exceptions import DatasetError
+from patronus_tasks.record.cache import CallCache, Unkeyable, call_key
 from patronus_tasks.record.records import (
     STATUS_OK,
     STATUS_SKIPPED,
     ErrorInfo,
+    Paid,
     Record,
     error_fields,
     evaluation_fields,
@@ -42,11 +45,20 @@ from patronus_tasks.record.records import (
 from patronus_tasks.record.resume import TASK, Replay, Replayed
 
 
+def call_name(step: str, sid: str, link_index: int | None, repeat: int | None = None) -> str:
+    """A call's task-run name, unique in its experiment run: ``<step>-<sid>``, later links
+    ``-link<N>``, repeats ``-r<k>``."""
+    return (f"{step}-{sid}" + (f"-link{link_index}" if link_index else "")
+            + (f"-r{repeat}" if repeat is not None else ""))
+
+
 class Invocation:
     """One call of a step (task or evaluator) for one row, and what came of it."""
 
     __slots__ = (
         "attempts",
+        "cached",
+        "cost",
         "duration",
         "error",
         "handle",
@@ -66,7 +78,13 @@ class Invocation:
         self.error: ErrorInfo | None = None
         self.attempts = 0
         self.duration = 0.0
+        self.cached = False  # answered from the cache: no call is made
+        self.cost: float | None = None  # what the call cost in USD, when known
         self.handle: Any = None  # the orchestrator's record of the call, for downstream links
+
+    def paid(self) -> Paid | None:
+        """What the call cost and whether the cache answered it; None when none was made."""
+        return Paid(self.cost, self.cached) if self.attempts or self.cached else None
 
     async def attempt(self) -> None:
         """Call the step once; store the converted result, or the error and re-raise it."""
@@ -125,6 +143,8 @@ class LocalStepRunner:
     """Runs invocations in plain asyncio, with the step's retries and timeout."""
 
     async def run(self, inv: Invocation, upstream: Any) -> None:
+        if inv.cached:
+            return  # its answer is stored already: nothing to call
         step = inv.step
         for attempt in range(step.retries + 1):
             try:
@@ -163,62 +183,103 @@ def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
     return values  # no "row": built only for the steps asking for it
 
 
+class Unit:
+    """One run of a row: the row, and which of its repeats (None without repeats)."""
+
+    __slots__ = ("repeat", "row")
+
+    def __init__(self, row: Sample, repeat: int | None) -> None:
+        self.row, self.repeat = row, repeat
+
+
 class RowRunner:
     """Walks rows through the chain's links, calling steps through a `StepRunner`."""
 
     def __init__(self, links: Iterable[Link], runner: StepRunner, *, tags: Mapping[str, str],
-                 limit: int, pool: Executor | None, replay: Replay | None = None) -> None:
+                 limit: int, pool: Executor | None, replay: Replay | None = None,
+                 cache: CallCache | None = None, prices: PriceTable | None = None) -> None:
         self.replay = replay
+        self.cache, self.prices = cache, prices or PriceTable()
         self.links = tuple(links)
         self.runner = runner
         self.tags = dict(tags)
         self.pool = pool
         self._slots = asyncio.Semaphore(limit)
         self.calls = 0  # invocations handed to the step runner
+        self.cached = 0  # of them, answered from the cache
 
-    async def _call(self, step: Step, idx: int, row: Sample, available: dict[str, Any],
+    async def _call(self, step: Step, idx: int, unit: Unit, available: dict[str, Any],
                     upstream: Any, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
+        row = unit.row
         kwargs = build_kwargs(step.signature, available)
         if "row" in kwargs:
             kwargs["row"] = row.row
-        inv = Invocation(step, kwargs, f"{step.name}-{row.sid}" + (f"-link{idx}" if idx else ""),
+        inv = Invocation(step, kwargs, call_name(step.name, row.sid, idx, unit.repeat),
                          self.pool, row.sid)
         done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
         if done is not None:  # completed in an earlier run: never asked again
             inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
+            inv.cached, inv.cost = done.cached, done.cost
             return inv
         inv.error = _missing_field_error(step, available, row)
         if inv.error is None:
-            async with self._slots:
-                self.calls += 1
-                await self.runner.run(inv, upstream)
+            await self._invoke(inv, unit.repeat, upstream)
         return inv
 
-    async def run(self, row: Sample) -> list[Record]:
-        """Run one row through every link; return its records."""
-        base = {"sid": row.sid, "row": row_values(row)}
+    async def _invoke(self, inv: Invocation, repeat: int | None, upstream: Any) -> None:
+        """Have the call run (or the cache answer it), say what it cost, store a new answer."""
+        step = inv.step
+        cache = self.cache if self.cache is not None and self.cache.wants(step) else None
+        key = None if cache is None else await self._lookup(cache, inv, repeat)
+        async with self._slots:
+            self.calls += 1
+            self.cached += inv.cached
+            await self.runner.run(inv, upstream)
+        usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
+        inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
+        if cache is not None and key is not None and not inv.cached and inv.error is None:
+            await cache.put(step, key, inv.value)
+
+    async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
+        """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
+        try:
+            key = call_key(inv.step, inv.kwargs, repeat)
+        except Unkeyable as exc:
+            cache.unkeyable(inv.step, str(exc))
+            return None
+        hit = await cache.get(inv.step, key)
+        if hit is not None:
+            inv.value, inv.cached = hit.value, True
+        return key
+
+    async def run(self, row: Sample, repeat: int | None = None) -> list[Record]:
+        """Run one row (its ``repeat``-th run, with repeats) through every link; return its
+        records."""
+        unit = Unit(row, repeat)
+        base = {"sid": row.sid, "repeat": repeat, "row": row_values(row)}
         records: list[Record] = []
         parent: Parent | None = None
-        replayed = self.replay.steps(row.sid) if self.replay is not None else {}
+        replayed = self.replay.steps(row.sid, repeat) if self.replay is not None else {}
         for idx, link in enumerate(self.links):
-            parent, stop = await self._run_link(idx, link, row, parent, base, records, replayed)
+            parent, stop = await self._run_link(idx, link, unit, parent, base, records, replayed)
             if stop:
                 break
         return records
 
-    async def _run_link(self, idx: int, link: Link, row: Sample, parent: Parent | None,
+    async def _run_link(self, idx: int, link: Link, unit: Unit, parent: Parent | None,
                         base: dict[str, Any], records: list[Record],
                         replayed: dict[tuple[int, str], Replayed]) -> tuple[Parent | None, bool]:
+        row = unit.row
         head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
         result: TaskResult | None = None
         upstream = None
         if link.task is not None:
-            inv = await self._call(link.task, idx, row, _available(row, parent, self.tags, None),
+            inv = await self._call(link.task, idx, unit, _available(row, parent, self.tags, None),
                                    None, replayed)
             if inv.value is not None:  # the dataset's meta_evaluated_model_* facts, if any
                 inv.value = with_model_facts(inv.value, row.values)
             head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
-                                    inv.attempts or None))
+                                    inv.attempts or None, inv.paid()))
             if inv.error is not None or inv.value is None:
                 records.append(_task_only(head, inv))
                 return parent, True  # a failed or skipped task ends this row's chain
@@ -228,7 +289,7 @@ class RowRunner:
             result, upstream = inv.value, inv.handle
         available = _available(row, parent, self.tags, result)
         invs = await asyncio.gather(
-            *(self._call(ev, idx, row, available, upstream, replayed) for ev in link.evaluators)
+            *(self._call(ev, idx, unit, available, upstream, replayed) for ev in link.evaluators)
         )
         records.extend(_evaluation_record(head, inv) for inv in invs)
         evals: dict[str, EvaluationResult | None] = {i.step.name: i.value for i in invs}
@@ -250,14 +311,26 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
         "criteria": ev.criteria,
         "status": status,
         "evaluation_attempts": inv.attempts or None,
-        **evaluation_fields(inv.value, inv.duration if inv.attempts else None),
+        **evaluation_fields(inv.value, inv.duration if inv.attempts else None, inv.paid()),
         **error_fields(inv.error, "evaluator"),
     })
 
 
-async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
+def units(rows: Iterable[Sample], repeats: int = 1,
+          wanted: Callable[[str, int | None], bool] | None = None) -> Iterator[Unit]:
+    """Every run of every row: each row ``repeats`` times (repeat 1 to N; None without
+    repeats), those ``wanted`` says (a resume: what is not done yet)."""
+    numbers: list[int | None] = list(range(1, repeats + 1)) if repeats > 1 else [None]
+    for row in rows:
+        for repeat in numbers:
+            if wanted is None or wanted(row.sid, repeat):
+                yield Unit(row, repeat)
+
+
+async def run_rows(rows: Iterable[Sample | Unit], row_runner: RowRunner, workers: int,
                    on_records: Callable[[list[Record]], Awaitable[None] | None]) -> int:
-    """Run every row with at most ``workers`` rows in flight; hand each row's records on.
+    """Run every row (or `Unit`: one run of a row) with at most ``workers`` in flight;
+    hand each one's records on.
 
     Rows are pulled lazily, so memory holds only the rows in flight. ``on_records`` may
     return an awaitable: that row's worker waits for it (a reporter's full queue).
@@ -267,12 +340,13 @@ async def run_rows(rows: Iterable[Sample], row_runner: RowRunner, workers: int,
 
     async def worker() -> None:
         nonlocal done
-        for row in iterator:
+        for item in iterator:
+            unit = item if isinstance(item, Unit) else Unit(item, None)
             try:
-                records = await row_runner.run(row)
+                records = await row_runner.run(unit.row, unit.repeat)
             except Exception as exc:  # a bug of ours must cost one row, not the experiment
-                records = [Record(sid=row.sid, link_index=0, **error_fields(
-                    ErrorInfo.from_exception(exc), "internal"))]
+                records = [Record(sid=unit.row.sid, link_index=0, repeat=unit.repeat,
+                                  **error_fields(ErrorInfo.from_exception(exc), "internal"))]
             pending = on_records(records)
             if pending is not None:
                 await pending

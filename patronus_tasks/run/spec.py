@@ -15,12 +15,15 @@ from typing_extensions import Unpack
 
 from patronus_tasks.define.chain import Link, build_chain
 from patronus_tasks.define.dataset import DataInput, Dataset, load_dataset
+from patronus_tasks.define.metrics import Metric, check_metrics
 from patronus_tasks.define.params import ROW_FIELDS
+from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
+from patronus_tasks.record.cache import Cache, CallCache, cache_setting, open_cache
 from patronus_tasks.record.location import Location
-from patronus_tasks.results.gates import check_fail_on_error
+from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
 from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
@@ -57,6 +60,22 @@ class ExperimentSpec:
     reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them
+    repeats: int = 1  # runs of every row
+    cache: Cache | None = None  # the cache of step calls (None: none)
+    results_root: Location | None = None  # the results directory (the cache's default home)
+    prices: PriceTable = field(default_factory=PriceTable)
+    metrics: tuple[Metric, ...] = ()  # dataset-level evaluators, run after the rows
+    min_metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        """Runs of rows in all: every row ``repeats`` times."""
+        return len(self.dataset) * self.repeats
+
+    def open_cache(self) -> CallCache | None:
+        """The cache the rows use (each process, each Dask worker opens its own)."""
+        root = self.results_root or self.out_dir.parent.parent
+        return open_cache(self.cache, root)
 
     @property
     def prefect_tags(self) -> list[str]:
@@ -146,6 +165,11 @@ def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> Experi
         raise ConfigError(
             f"the dataset changed since the run in {path} (content hash differs): resuming "
             "would mix results of different data. Run it as a new experiment instead.")
+    if int(manifest.get("repeats") or 1) != spec.repeats:
+        raise ConfigError(
+            f"the run in {path} ran every row {manifest.get('repeats') or 1} time(s), this one "
+            f"asks for repeats={spec.repeats}: resuming would mix them. Resume with "
+            f"repeats={manifest.get('repeats') or 1}, or run it as a new experiment.")
     spec.out_dir, spec.replay = path, replay
     spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
     return spec
@@ -220,6 +244,14 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"max_concurrency must be a whole number >= 1, not {concurrency!r}.")
     check_fail_on_error(o["fail_on_error"])
+    repeats = o["repeats"]
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be a whole number >= 1 (runs of every row), not {repeats!r}.")
+    metrics = check_metrics(o["metrics"])
+    min_metrics = check_thresholds(o["min_metrics"], "min_metrics", rates=False)
+    if min_metrics and not metrics:
+        raise ConfigError("min_metrics= gates on dataset-level metrics: pass them as metrics=[...] "
+                          "(see patronus_tasks.metrics).")
     if o["record"] not in RECORD_MODES:
         raise ConfigError(f"record must be one of {', '.join(map(repr, RECORD_MODES))}, not "
                           f"{o['record']!r}: 'all' makes every call a task run, 'failures' only "
@@ -240,7 +272,10 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           on_progress=o["on_progress"], series=o["series"],
                           fail_on_regression=bool(o["fail_on_regression"]),
                           reporters=tuple(o["reporters"] or ()), record=o["record"],
-                          html_report=bool(o["html_report"]))
+                          html_report=bool(o["html_report"]), repeats=repeats,
+                          cache=cache_setting(o["cache"]), results_root=root,
+                          prices=PriceTable(o["prices"]), metrics=metrics,
+                          min_metrics=min_metrics)
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

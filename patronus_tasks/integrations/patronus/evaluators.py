@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from patronus_tasks.define.step_results import EvaluationResult, TaskResult
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.exceptions import ConfigError, RemoteAPIError
 from patronus_tasks.integrations.http import Endpoint
@@ -35,9 +35,9 @@ class RemoteEvaluator(Evaluator):
     def __init__(self, evaluator_id_or_alias: str, criteria: str | None = None, *,
                  criteria_config: dict[str, Any] | None = None, allow_update: bool = False,
                  explain_strategy: str = "always", endpoint: Endpoint, name: str | None = None,
-                 timeout_seconds: float | None = None) -> None:
+                 timeout_seconds: float | None = None, cache: bool | None = None) -> None:
         super().__init__(name or criteria or evaluator_id_or_alias, criteria=criteria,
-                         timeout_seconds=timeout_seconds)
+                         timeout_seconds=timeout_seconds, cache=cache)
         self.evaluator_id_or_alias = evaluator_id_or_alias
         self.criteria_config = criteria_config
         self.allow_update, self.explain_strategy = allow_update, explain_strategy
@@ -107,6 +107,13 @@ class RemoteEvaluator(Evaluator):
         body, attempts = await self.endpoint.request("POST", "/v1/evaluate", json=payload)
         return parse_evaluation(body, attempts, {"criteria_revision": self.criteria_revision})
 
+    def cache_identity(self) -> dict[str, Any]:
+        """The evaluator, its criteria and config: a new criteria revision (its config
+        changed) is a new key."""
+        return {"evaluator": self.evaluator_id_or_alias, "criteria": self.criteria,
+                "config": self.criteria_config, "explain_strategy": self.explain_strategy,
+                "base_url": self.endpoint.base_url}
+
     async def aclose(self) -> None:
         await self.endpoint.aclose()
 
@@ -139,4 +146,15 @@ def parse_evaluation(body: dict[str, Any], attempts: int,
         pass_=res.get("pass"), score_raw=res.get("score_raw"),
         text_output=res.get("text_output"), explanation=res.get("explanation"),
         metadata=metadata, evaluation_duration=res.get("evaluation_duration"),
-        tags=res.get("tags") or None)
+        tags=res.get("tags") or None, usage=_usage(res, first))
+
+
+def _usage(res: dict[str, Any], first: dict[str, Any]) -> Usage | None:
+    """The evaluation's tokens, when the API says them (its ``usage``), as the model
+    ``patronus:<evaluator family or id>`` (Patronus prices evaluations, not tokens: no
+    price is known for it unless given)."""
+    usage = res.get("usage") or first.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    family = res.get("evaluator_family") or first.get("evaluator_id") or res.get("evaluator_id")
+    return Usage.of(usage, f"patronus:{family}" if family else None)

@@ -201,4 +201,6 @@ def _model_facts(task_meta: dict[str, Any], row: dict[str, Any]) -> dict[str, An
 
 def _tags(base: dict[str, str], record: Record) -> dict[str, str]:
     extra = [json.loads(t) for t in (record.task_tags, record.evaluation_tags) if t]
+    if record.repeat is not None:  # with repeats: which run of the sample this is
+        extra.append({"repeat": record.repeat})
     return {k: str(v) for tags in (base, *extra) for k, v in tags.items()}

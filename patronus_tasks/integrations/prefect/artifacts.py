@@ -29,7 +29,8 @@ from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary
+from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text
+from patronus_tasks.results.usage import shown_usage, usage_rows
 
 FAILURES_SHOWN = 10
 #: Characters of one table cell (explanations, error messages) before the ellipsis.
@@ -49,9 +50,42 @@ def num(value: float | None) -> str:
 def summary_rows(summary: Summary) -> list[dict[str, Any]]:
     """One table row per (link, evaluator), as a person reads it: percentages, counts of
     what went wrong (the row's task errors are the link's: those rows never reached the
-    evaluator), the link only when there is more than one."""
+    evaluator), the link only when there is more than one; with repeats, pass@k, pass^k
+    and the rows that flip; with model calls, each step's calls, tokens and cost (a task's
+    on a row of its own)."""
     many = summary.links > 1
-    return [_summary_row(s, summary, many) for s in summary.evaluators]
+    rows = [_summary_row(s, summary, many) for s in summary.evaluators]
+    if any(s.repeats for s in summary.evaluators):
+        rows = [{**r, **_repeat_cells(s)} for r, s in zip(rows, summary.evaluators, strict=True)]
+    if shown_usage(summary.usage):
+        rows = _with_usage(rows, summary)
+    return rows
+
+
+def _repeat_cells(s: EvaluatorStats) -> dict[str, Any]:
+    r = s.repeats
+    if r is None:
+        return {"pass@k": "", "pass^k": "", "flipping rows": ""}
+    return {"pass@k": f"{pct(r.pass_at_k)} (k={r.k})", "pass^k": pct(r.pass_hat_k),
+            "flipping rows": f"{len(r.flipping)}/{r.rows}"}
+
+
+def _usage_cells(summary: Summary, step: str, kind: str) -> dict[str, Any]:
+    lines = [u for u in summary.usage if u.step == step and u.kind == kind]
+    known = [u.cost_usd for u in lines if u.cost_usd is not None]
+    return {"calls made": sum(u.calls for u in lines), "cached": sum(u.cached for u in lines),
+            "tokens in/out": f"{sum(u.input_tokens for u in lines):,}/"
+                             f"{sum(u.output_tokens for u in lines):,}",
+            "cost USD": f"{sum(known):.4g}" if known else ""}
+
+
+def _with_usage(rows: list[dict[str, Any]], summary: Summary) -> list[dict[str, Any]]:
+    """Each evaluator's own calls, then a row per task: its calls (the model under test)."""
+    rows = [{**r, **_usage_cells(summary, str(r["evaluator"]), "evaluator")} for r in rows]
+    tasks = dict.fromkeys(u.step for u in summary.usage if u.kind == "task")
+    blank = dict.fromkeys(rows[0] if rows else [], "")
+    return rows + [{**blank, "evaluator": f"(task) {t}", **_usage_cells(summary, t, "task")}
+                   for t in tasks]
 
 
 def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[str, Any]:
@@ -99,29 +133,38 @@ def _step(r: Any) -> str:
     return str(r.evaluator_name if r.error_stage == "evaluator" else r.task_name)
 
 
+def _repeat(r: Any) -> int | None:
+    value = getattr(r, "repeat", None)
+    return None if value is None or pd.isna(value) else int(value)
+
+
 def shown_task_runs(df: pd.DataFrame) -> list[str]:
     """The task-run names of the calls the report lists (its sample ids link to them)."""
-    return ([_links.run_name(_step(r), r.sid, r.link_index) for r in _errors(df).itertuples()]
-            + [_links.run_name(r.evaluator_name, r.sid, r.link_index)
+    return ([_links.run_name(_step(r), r.sid, r.link_index, _repeat(r))
+             for r in _errors(df).itertuples()]
+            + [_links.run_name(r.evaluator_name, r.sid, r.link_index, _repeat(r))
                for r in _failed(df).itertuples()])
 
 
-def sid_cell(sid: str, step: str, link_index: int, ids: dict[str, str]) -> str:
-    """A sample id, a link to its call's task run when the server holds it."""
-    found = ids.get(_links.run_name(step, sid, link_index))
-    text = str(sid).replace("[", "\\[").replace("]", "\\]")
+def sid_cell(sid: str, step: str, link_index: int, ids: dict[str, str],
+             repeat: int | None = None) -> str:
+    """A sample id (and its repeat), a link to its call's task run when the server holds it."""
+    found = ids.get(_links.run_name(step, sid, link_index, repeat))
+    text = (str(sid) + ("" if repeat is None else f" (run {repeat})")).replace(
+        "[", "\\[").replace("]", "\\]")
     return f"[{text}]({_links.task_run(found)})" if found else text
 
 
 def _failure_lines(df: pd.DataFrame, ids: dict[str, str]) -> list[str]:
     errors, failed, lines = _errors(df), _failed(df), []
     if len(errors):
-        rows = [{"sid": sid_cell(r.sid, _step(r), r.link_index, ids), "link": r.link_index,
+        rows = [{"sid": sid_cell(r.sid, _step(r), r.link_index, ids, _repeat(r)),
+                 "link": r.link_index,
                  "step": _step(r), "error": r.error_type, "message": r.error_message}
                 for r in errors.itertuples()]
         lines += ["", "## First errors", "", *markdown_table(rows)]
     if len(failed):
-        rows = [{"sid": sid_cell(r.sid, r.evaluator_name, r.link_index, ids),
+        rows = [{"sid": sid_cell(r.sid, r.evaluator_name, r.link_index, ids, _repeat(r)),
                  "link": r.link_index, "evaluator": r.evaluator_name,
                  "score": r.score, "explanation": r.explanation} for r in failed.itertuples()]
         lines += ["", "## First failed evaluations", "", *markdown_table(rows)]
@@ -144,8 +187,28 @@ def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str,
     totals = (f"{summary.samples} rows · task errors {summary.task_errors} · evaluator errors "
               f"{summary.evaluator_errors} · skipped rows {summary.skipped_tasks}")
     return "\n".join([f"# {title}", "", totals, "", *markdown_table(summary_rows(summary)),
-                      "", f"Results: `{where}`", *_lists(experiment),
+                      *figures_markdown(summary), "", f"Results: `{where}`", *_lists(experiment),
                       *_failure_lines(df, ids or {})])
+
+
+def figures_markdown(summary: Summary) -> list[str]:
+    """The dataset-level metrics, the calls, tokens and cost per step and model, and the
+    rows whose verdict flips between repeats, as markdown (nothing when there are none)."""
+    lines: list[str] = []
+    if summary.metrics:
+        rows = [{"metric": m.name, "value": metric_text(m), "from": m.metric} for m in summary.metrics]
+        lines += ["", "## Metrics (dataset-level)", "", *markdown_table(rows)]
+    usage = usage_rows(summary.usage)
+    if usage:
+        lines += ["", "## Tokens and cost", "", *markdown_table(usage), "",
+                  "Calls made; the cache's answers are counted apart and cost nothing. "
+                  "A model with no known price adds its tokens, not a cost."]
+    flips = [(s, s.repeats.flipping) for s in summary.evaluators if s.repeats and s.repeats.flipping]
+    for s, sids in flips:
+        shown = ", ".join(f"`{x}`" for x in sids[:FAILURES_SHOWN])
+        more = f" (+{len(sids) - FAILURES_SHOWN} more)" if len(sids) > FAILURES_SHOWN else ""
+        lines += ["", f"**{s.evaluator}** flips between repeats on: {shown}{more}"]
+    return lines
 
 
 def results_link(location: Path | Location) -> tuple[str, str]:

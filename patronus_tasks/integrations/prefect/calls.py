@@ -12,7 +12,12 @@ import datetime as dt
 from typing import Any, Protocol
 
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
-from patronus_tasks.integrations.prefect.display import call_inputs, call_log, call_state
+from patronus_tasks.integrations.prefect.display import (
+    call_inputs,
+    call_log,
+    call_state,
+    not_passed,
+)
 from patronus_tasks.integrations.prefect.events import (
     RUNNING_AFTER,
     Call,
@@ -43,7 +48,7 @@ class CallSink(Protocol):
 def worth_recording(state: State, record: RecordMode) -> bool:
     """Whether a call in ``state`` becomes a task run: every one, or (``"failures"``)
     only errors and verdicts that did not pass."""
-    return record == "all" or state.type == "FAILED" or state.name == "Not passed"
+    return record == "all" or state.type == "FAILED" or not_passed(state)
 
 
 class RecordingStepRunner(LocalStepRunner):
@@ -65,7 +70,7 @@ class RecordingStepRunner(LocalStepRunner):
         call = Call(task_run_id(self.namespace, inv.run_name), inv.run_name,
                     f"{step.kind}-{step.name}", upstream, now(), step.retries,
                     step.retry_delay_seconds, call_inputs(inv))
-        shown = None if self.record != "all" else asyncio.get_running_loop().call_later(
+        shown = None if self.record != "all" or inv.cached else asyncio.get_running_loop().call_later(
             RUNNING_AFTER, lambda: self.sink.running(call, max(inv.attempts, 1)))
         token = None if shown is None else _steplogs.CURRENT.set((self.sink, call.task_run_id))
         try:

@@ -20,6 +20,13 @@ SHOWN_COLUMNS = 12
 #: completed type: not an error) is told apart and listed by this tag, which the UI shows
 #: on the run and its tag filters offer.
 NOT_PASSED_TAG = "verdict:not-passed"
+#: The state of a call the cache answered: Prefect's own name for a cache hit.
+CACHED = "Cached"
+
+
+def not_passed(state: State) -> bool:
+    """Whether ``state`` is a verdict that did not pass (cached or not): a finding."""
+    return NOT_PASSED_TAG in state.tags
 
 
 def short(value: Any, width: int = SHOWN_CHARS) -> str:
@@ -38,8 +45,16 @@ def call_state(inv: Invocation) -> State:
     An evaluator's verdict is its state's name (``Passed`` / ``Not passed``, both of the
     completed type: a failed verdict is a finding, not an error; a ``Not passed`` run is
     tagged `NOT_PASSED_TAG`) and its score and the start of its explanation the state's
-    message. Errors are Failed (``TimedOut``).
+    message. Errors are Failed (``TimedOut``). A call the cache answered is ``Cached``
+    (completed, as Prefect's engine names a cache hit), what it answered in its message
+    (and tags: a cached verdict that did not pass is still a finding).
     """
+    if inv.cached:
+        return _cached(_outcome(inv))
+    return _outcome(inv)
+
+
+def _outcome(inv: Invocation) -> State:
     if inv.error is not None:
         timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
         return State("FAILED", "TimedOut" if timed_out else "Failed",
@@ -49,6 +64,12 @@ def call_state(inv: Invocation) -> State:
     if inv.value is None:  # a task's None ends the row; an evaluator's None is no verdict
         return State("COMPLETED", "Skipped", f"{inv.step.kind} returned None")
     return State("COMPLETED", "Completed")
+
+
+def _cached(answer: State) -> State:
+    said = answer.name if answer.name != "Completed" else None
+    parts = [p for p in ("from the cache", said, answer.message) if p]
+    return State("COMPLETED", CACHED, " · ".join(parts), answer.tags)
 
 
 def _verdict(result: EvaluationResult) -> State:
@@ -93,7 +114,7 @@ def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
                                  f"{state.message} (recorded as the row's error; the "
                                  "experiment goes on)")
     result = inv.value
-    if state.name != "Not passed" or not isinstance(result, EvaluationResult) \
+    if not not_passed(state) or not isinstance(result, EvaluationResult) \
             or not result.explanation:
         return None
     score = "" if result.score_raw is None else f" (score {result.score_raw:g})"

@@ -16,6 +16,7 @@ from urllib.parse import urlencode, urlparse
 
 from patronus_tasks.integrations.prefect.display import NOT_PASSED_TAG
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.run.runner import call_name
 
 
 def ui_prefix() -> str:
@@ -68,7 +69,7 @@ def errors(experiment: Experiment) -> str:
     return task_runs(experiment, states=["Failed", "TimedOut"])
 
 
-def run_name(step: str, sid: str, link_index: int) -> str:
-    """A call's task-run name (`Invocation.run_name`): ``<step>-<sid>``, later links
-    ``-link<N>``."""
-    return f"{step}-{sid}" + (f"-link{link_index}" if link_index else "")
+def run_name(step: str, sid: str, link_index: int, repeat: int | None = None) -> str:
+    """A call's task-run name (`Invocation.run_name`, `runner.call_name`): ``<step>-<sid>``,
+    later links ``-link<N>``, repeats ``-r<k>``."""
+    return call_name(step, sid, link_index, repeat)

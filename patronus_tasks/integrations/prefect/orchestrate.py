@@ -78,7 +78,7 @@ def opening(spec: ExperimentSpec, parent: ParentRun | None) -> Opening:
         title=f"{spec.project_name}/{spec.experiment_name}",
         flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
         run_name=f"{spec.experiment_name} @ {started}", tags=_tags(spec),
-        parameters=flow_parameters(spec), results=pickle.dumps(spec.out_dir), rows=len(spec.dataset),
+        parameters=flow_parameters(spec), results=pickle.dumps(spec.out_dir), rows=spec.runs,
         series=spec.series, parent=parent, record=spec.record, persisting=_persisting(),
         html_report=spec.html_report)
 

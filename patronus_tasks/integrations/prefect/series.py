@@ -91,7 +91,7 @@ def _pass_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     return {**_name(e, with_link), "rows": e.paired,
             "before → now": f"{pct(e.pass_rate_a)} → {pct(e.pass_rate_b)}",
             "change [95%]": pct(e.pass_diff, signed=True) + interval,
-            "p": num(e.mcnemar_p),
+            "p": num(e.mcnemar_p if e.mcnemar_p is not None else e.pass_p),
             "worse / better": f"{len(e.regressed)} / {len(e.improved)}", **_significant(e)}
 
 
@@ -113,8 +113,9 @@ def _significant(e: EvaluatorComparison) -> dict[str, str]:
 
 
 def regressed_task_runs(comparison: Comparison | str) -> list[str]:
-    """The task-run names of the calls that regressed (their sample ids link to them)."""
-    if isinstance(comparison, str):
+    """The task-run names of the calls that regressed (their sample ids link to them; with
+    repeats a row has a run per repeat: no one of them is linked)."""
+    if isinstance(comparison, str) or comparison.pairing != "sid":
         return []
     return [_links.run_name(e.evaluator, sid, e.link_index)
             for e in comparison.evaluators for sid in e.regressed[:ROWS_SHOWN]]
@@ -130,8 +131,10 @@ def comparison_markdown(title: str, comparison: Comparison | str,
     assert previous is not None
     run = (f" ([its flow run]({_links.flow_run(previous.flow_run_id)}))"
            if previous.flow_run_id else "")
+    paired = {"repeat": "sample id and repeat", "mean": "sample id (each row's mean over its "
+              "repeats)"}.get(comparison.pairing, "sample id")
     lines += [f"Previous run: `{comparison.a}`{run}, results `{previous.location}`. "
-              f"Rows paired by sample id; only in the previous run: {comparison.only_in_a}, "
+              f"Rows paired by {paired}; only in the previous run: {comparison.only_in_a}, "
               f"only in this one: {comparison.only_in_b}.", ""]
     many = len({e.link_index for e in comparison.evaluators}) > 1
     verdicts = [e for e in comparison.evaluators if e.pass_diff is not None]
@@ -202,6 +205,10 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
         row[name] = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
                      else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
     regressed = [] if isinstance(comparison, str) else comparison.significant_regressions(ALPHA)
+    for m in summary.metrics:
+        row[m.name] = "error" if m.error is not None else num(m.value)
+    if summary.cost_usd is not None:
+        row["cost USD"] = f"{summary.cost_usd:.4g}"
     row.update({"task errors": summary.task_errors, "evaluator errors": summary.evaluator_errors,
                 "regressed": ", ".join(e.evaluator for e in regressed)})
     return row
