@@ -18,9 +18,9 @@ SERVER_DEFAULTS = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
-    # Half a second: a short experiment's task runs show ~0.5 s sooner (a full batch of
-    # 500 is written at once whatever the interval).
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "0.5",
+    # Whole seconds only: Prefect 3.8 takes int() of it, and 0.5 became sleep(0), a loop
+    # that kept a core busy on an idle server.
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "500",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -100,3 +100,19 @@ def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_templ
             break
         time.sleep(0.1)
     assert _processes_with(f"PREFECT_HOME={home}") == []
+
+
+def test_the_servers_flush_intervals_are_whole_seconds_as_prefect_reads_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prefect 3.8's services take int() of their flush interval: 0.5 s became sleep(0), a
+    # loop that kept a core busy on an idle server. Read them the way the services do.
+    from prefect.settings import Settings
+
+    from patronus_tasks.settings import SERVER_DEFAULTS
+
+    for name, value in SERVER_DEFAULTS.items():
+        monkeypatch.setenv(name, value)
+    services = Settings().server.services
+    for service in (services.task_run_recorder, services.event_persister):
+        assert int(service.flush_interval) >= 1, service
+        assert int(service.flush_interval) == service.flush_interval, service
