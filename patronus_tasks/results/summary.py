@@ -218,7 +218,7 @@ def _format_repeats(r: RepeatStats | None) -> list[str]:
     interval = "" if r.interval is None else f"  [{r.interval[0]:.1%}, {r.interval[1]:.1%}]"
     flips = ", ".join(r.flipping[:10]) + (f" (+{len(r.flipping) - 10} more)" if len(r.flipping) > 10 else "")
     return [f"Repeats   : {r.k} runs of {r.rows} rows; mean pass rate {r.mean_pass_rate:.1%}{interval}",
-            f"pass@{r.k:<6}: {r.pass_at_k:.1%}   pass^{r.k}: {r.pass_hat_k:.1%}",
+            f"{f'pass@{r.k}':<10}: {r.pass_at_k:.1%}   pass^{r.k}: {r.pass_hat_k:.1%}",
             f"Flipping  : {len(r.flipping)} rows" + (f" ({flips})" if flips else "")]
 
 
