@@ -138,7 +138,7 @@ def test_repeats_give_pass_at_k_pass_hat_k_and_flipping_rows(results_dir: Path) 
     assert (r.pass_at_k, r.pass_hat_k, r.flipping) == (0.75, 0.25, ["b", "d"])
     assert r.interval is not None and r.interval[0] < 0.5 < r.interval[1]
     text = exp.format_summary()
-    assert "pass@3     : 75.0%   pass^3: 25.0%" in text and "Flipping  : 2 rows (b, d)" in text
+    assert "pass@3    : 75.0%   pass^3: 25.0%" in text and "Flipping  : 2 rows (b, d)" in text
     assert "4 rows x 3 repeats" in exp.summary().headline()
     assert exp.manifest["rows"] == 12 and exp.manifest["repeats"] == 3
     with pytest.raises(ConfigError, match="repeats must be"):
