@@ -82,6 +82,8 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
     shown = runner.invoke(app, ["show", "cand", "--failures", *rd])
     assert shown.exit_code == 0 and "Pass rate : 70.0%  (28/40)" in shown.stdout
     assert "sid=s26 link=0 exact: failed" in shown.stdout
+    latest = runner.invoke(app, ["show", "cmp", *rd])  # a project: its latest run
+    assert latest.exit_code == 0 and "Experiment cmp/cand" in latest.stdout
     cmp = runner.invoke(app, ["compare", "base", "cmp/cand", *rd])
     assert cmp.exit_code == 0
     assert "regressed (5): s26, s27, s28, s29, s30" in cmp.stdout

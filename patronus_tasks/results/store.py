@@ -33,7 +33,8 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     """An experiment by folder, ``results.parquet`` path, ``project/experiment`` or name.
 
     A name matches experiments by their ``experiment_name`` (the latest run wins, so
-    ``nightly`` is the last nightly run), then by folder name (``nightly-2``).
+    ``nightly`` is the last nightly run), then by folder name (``nightly-2``), then by
+    project (its latest run).
     """
     direct = _from_path(Location.of(path_or_name))
     if direct is not None:
@@ -44,7 +45,9 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     matches = [e for e in runs if name in (e.name, e.location.name)
                and (not project or project in (e.project, e.location.parent.name))]
     by_name = [e for e in matches if e.name == name]
-    chosen = by_name or matches
+    # A bare project name: its latest run (`show text-to-sql` after a nightly).
+    of_project = [] if project else [e for e in runs if name in (e.project, e.location.parent.name)]
+    chosen = by_name or matches or of_project
     if not chosen:
         raise ConfigError(f"no experiment {text!r} under {_root(results_dir)}; "
                           "`patronus-tasks list` shows them.")
