@@ -100,6 +100,8 @@ def returns_bad(row: Row) -> Any:
         return TaskResult(evaluated_model_output="x", metadata={"f": {1, 2}})
     if row.sid == "2":
         return TaskResult(evaluated_model_output="x", tags={"n": 3})
+    if row.sid == "5":
+        return TaskResult(output="x")  # type: ignore[call-arg]  # other tools' name
     return "fine"
 
 
@@ -110,7 +112,8 @@ def bad_type(row: Row) -> Any:
 
 def test_row_level_errors_name_row_field_and_fix(tmp_path: Path) -> None:
     data = [{"evaluated_model_input": "a"}, {"evaluated_model_input": "b"},
-            {"evaluated_model_input": "c"}, {"evaluated_model_input": None}]
+            {"evaluated_model_input": "c"}, {"evaluated_model_input": None},
+            {"evaluated_model_input": "e"}]
 
     @task
     def needs_input(evaluated_model_input: str, row: Row) -> Any:
@@ -126,7 +129,8 @@ def test_row_level_errors_name_row_field_and_fix(tmp_path: Path) -> None:
     assert "not list" in df.loc["3", "error_message"]
     assert "row sid=4: field 'evaluated_model_input' is empty" in df.loc["4", "error_message"]
     assert "give the parameter a default" in df.loc["4", "error_message"]
-    assert exp.manifest["rows"] == 4 and exp.manifest["errored_rows"] == 4
+    assert "as evaluated_model_output=..., not output=" in df.loc["5", "error_message"]
+    assert exp.manifest["rows"] == 5 and exp.manifest["errored_rows"] == 5
 
 
 TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)

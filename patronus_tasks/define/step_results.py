@@ -9,7 +9,7 @@ import numbers
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from patronus_tasks.exceptions import InvalidResultError
 
@@ -82,6 +82,15 @@ class TaskResult(BaseModel):
     evaluated_model_selected_model: str | None = None
     #: Model and tokens of the call(s) this task made, if it reports them.
     usage: Usage | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_output(cls, data: Any) -> Any:
+        # Other tools call it `output`; pydantic alone would only say "extra inputs".
+        if isinstance(data, dict) and "output" in data:
+            raise ValueError("TaskResult takes the model's answer as evaluated_model_output=..., "
+                             "not output=... (the Patronus SDK's name)")
+        return data
 
     @field_validator("metadata", "evaluated_model_params", mode="before")
     @classmethod
