@@ -22,6 +22,7 @@ from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import observers
 from patronus_tasks.run.execute import execute, gate_failures
+from patronus_tasks.run.loop import InProcess
 from patronus_tasks.run.options import RunOptions, split_run
 from patronus_tasks.run.runner import LocalStepRunner
 from patronus_tasks.run.spec import ExperimentSpec, make_spec
@@ -33,7 +34,7 @@ async def _run(spec: ExperimentSpec) -> Experiment:
         from patronus_tasks.integrations.prefect.orchestrate import run_on_prefect
 
         return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
-    await execute(spec, LocalStepRunner())
+    await execute(spec, InProcess(LocalStepRunner()))
     experiment = Experiment(spec.out_dir, _report_afterwards(spec))
     failures = gate_failures(spec, experiment)
     if failures:

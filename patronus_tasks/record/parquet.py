@@ -14,10 +14,11 @@ files live, a local folder or an object-store prefix, is the `Location`'s.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,6 +310,15 @@ def unfinished_tables(out_dir: Path | Location) -> list[pa.Table]:
         if table is not None:
             tables.append(table)
     return tables
+
+
+def written_by(out_dir: Path | Location, prefix: str) -> Iterator[list[Record]]:
+    """The records one writer (``prefix``: a batch's, on its worker) wrote as parts, a
+    run of a row at a time (a row's records are written together)."""
+    parts = _sorted((Location.of(out_dir) / PARTS_DIR).glob(f"part-{prefix}-*.parquet"))
+    records = [Record.from_row(row) for part in parts for row in part.read_table().to_pylist()]
+    for _, run in itertools.groupby(records, key=lambda r: (r.sid, r.repeat)):
+        yield list(run)
 
 
 def remove_parts(out_dir: Path | Location) -> None:

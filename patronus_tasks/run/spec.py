@@ -28,10 +28,11 @@ from patronus_tasks.run.modes import RECORD_MODES, RecordMode
 from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
 
-#: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
-#: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or any
-#: Prefect ``TaskRunner`` (batches through it).
 ReplayMode = Literal["resume", "retry", None]
+#: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
+#: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or
+#: ``"task_runner"`` (batches through the Prefect ``TaskRunner`` given as ``backend=``).
+BackendKind = Literal["prefect", "local", "dask", "task_runner"]
 BACKENDS = ("prefect", "local", "dask")
 
 
@@ -47,12 +48,12 @@ class ExperimentSpec:
     tags: dict[str, str]
     max_concurrency: int
     out_dir: Location  # a local folder or an object-store prefix
-    backend: str = "prefect"  # "prefect", "local" or "batches" (on `task_runner`)
+    backend: BackendKind = "prefect"
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     replay: ReplayMode = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
-    task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
+    task_runner: Any = None  # the Prefect TaskRunner of backend "task_runner"
     dask_address: str | None = None
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
     series: str | None = None  # see `ExperimentOptions.series`
@@ -175,15 +176,15 @@ def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> Experi
     return spec
 
 
-def _backend(backend: Backend, dask_address: str | None) -> tuple[str, Any]:
-    """``backend`` resolved once: its kind, and the task runner batches go through."""
+def _backend(backend: Backend, dask_address: str | None) -> tuple[BackendKind, Any]:
+    """``backend`` resolved once: its kind, and the task runner given (``"task_runner"``)."""
     if dask_address is not None and backend != "dask":
         raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
     if backend in ("prefect", "local"):
         return backend, None
     if backend == "dask" or _is_task_runner(backend):
         _check_batches(backend)
-        return "batches", backend
+        return ("dask", None) if backend == "dask" else ("task_runner", backend)
     raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Prefect "
                       f"TaskRunner, not {backend!r}.")
 

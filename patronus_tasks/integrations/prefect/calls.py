@@ -27,6 +27,7 @@ from patronus_tasks.integrations.prefect.events import (
     task_run_id,
 )
 from patronus_tasks.integrations.prefect.protocol import RecordMode
+from patronus_tasks.run.loop import InProcess, RecordStream, Rows
 from patronus_tasks.run.runner import Invocation, LocalStepRunner
 
 
@@ -92,6 +93,20 @@ class RecordingStepRunner(LocalStepRunner):
         if line is not None:
             self.sink.log({"name": "patronus_tasks", "level": line[0], "message": line[1],
                            "timestamp": now().isoformat(), "task_run_id": call.task_run_id})
+
+
+class Recorded(InProcess):
+    """The backend of ``"prefect"`` (and of each batch on a task runner's worker): rows
+    run here, each call recorded as its own task run through ``sink`` (the recorder
+    process, or a batch's `TaskRunRecorder`), the log records of user code attached to
+    their call's task run."""
+
+    def __init__(self, sink: CallSink, record: RecordMode = "all") -> None:
+        super().__init__(RecordingStepRunner(sink, record))
+
+    async def run(self, rows: Rows, stream: RecordStream) -> None:
+        with _steplogs.capture():
+            await super().run(rows, stream)
 
 
 def _explain_missing_context(inv: Invocation) -> None:

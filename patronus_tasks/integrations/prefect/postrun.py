@@ -15,6 +15,7 @@ from prefect.states import Completed, Failed, State
 from patronus_tasks.integrations.prefect import artifacts as _artifacts
 from patronus_tasks.integrations.prefect import series as _series
 from patronus_tasks.integrations.prefect.charts import publish_charts
+from patronus_tasks.integrations.prefect.protocol import Closing, Opening
 from patronus_tasks.record.location import Location
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -42,10 +43,16 @@ class Publishing:
     parent: str | None = None
     html_report: bool = True
 
+    @classmethod
+    def of(cls, opening: Opening, target: _artifacts.Target, series: str) -> Publishing:
+        """The experiment that ``opening`` opened, to publish at ``target`` in ``series``."""
+        parent = opening.parent.flow_run_id if opening.parent else None
+        return cls(target, series, opening.title, opening.out_dir, parent, opening.html_report)
 
-async def publish(p: Publishing, gate_failures: list[str], fail_on_regression: bool) -> Verdict:
+
+async def publish(p: Publishing, closing: Closing) -> Verdict:
     """Publish the results, the comparison, the history and the charts; say the verdict
-    (a failed gate fails it)."""
+    (a gate that failed, ``closing.gate_failures`` or a regression, fails it)."""
     previous = await _series.previous_run(p.series, p.target.client)  # before ours is published
     experiment, summary = await _publish_results(p)
     comparison = await _series.publish_comparison(p.series, p.title, previous, experiment, p.target)
@@ -53,8 +60,8 @@ async def publish(p: Publishing, gate_failures: list[str], fail_on_regression: b
         p.series, _series.history_row(experiment, summary, comparison), p.target)
     await publish_charts(p.series, p.title, experiment, summary, comparison, history, p.target,
                          p.parent, p.html_report)  # the report file, the charts, the parent's
-    failures = list(gate_failures)
-    if fail_on_regression:
+    failures = list(closing.gate_failures)
+    if closing.fail_on_regression:
         failures += _series.regression_failures(comparison)
     return _verdict(experiment, summary, _series.headline(comparison), failures)
 

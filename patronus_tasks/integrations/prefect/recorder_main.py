@@ -203,8 +203,7 @@ class Session:
         assert self.service.publishing is not None and self.flow_run_id is not None
         async with self.service.publishing:  # the next run of a series compares with this one
             try:
-                verdict = await postrun.publish(self._publishing(client), list(closing.gate_failures),
-                                                closing.fail_on_regression)
+                verdict = await postrun.publish(self._publishing(client), closing)
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
                              " ".join(str(exc).split())[:300])
@@ -216,10 +215,8 @@ class Session:
         from patronus_tasks.integrations.prefect import postrun
 
         assert self.flow_run_id is not None
-        parent = self.o.parent.flow_run_id if self.o.parent else None
-        return postrun.Publishing(_artifacts.Target(client, self.flow_run_id, self.o.key),
-                                  self.series, self.o.title, self.o.out_dir, parent,
-                                  self.o.html_report)
+        return postrun.Publishing.of(
+            self.o, _artifacts.Target(client, self.flow_run_id, self.o.key), self.series)
 
     async def _settle(self, client: Any, closing: Closing, verdict: postrun.Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import patronus_tasks
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
@@ -351,6 +350,6 @@ def recorder_env() -> dict[str, str]:
     server = server_hook.built_in()
     if server is not None:
         env["PREFECT_API_URL"] = server.api_url
-    root = str(Path(patronus_tasks.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding patronus_tasks/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env

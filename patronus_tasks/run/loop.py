@@ -1,0 +1,125 @@
+"""The row loop, and the backends that drive it: where an experiment's rows run.
+
+`row_loop` is the one loop every backend runs rows through: the rows of a `Rows` (the
+spec's, or a worker's batch of them) through the chain with a `StepRunner`, at most
+``max_concurrency`` at once, each row's records into a `RecordStream` (the totals, the
+Parquet parts, whoever watches) as it finishes. A `Backend` says where the loop runs:
+`InProcess` runs it here with a step runner (plain asyncio for ``"local"``; each call
+recorded on Prefect, `integrations/prefect/calls`); a Prefect task runner (Dask's or
+any other) runs it in batches on its workers (`integrations/prefect/taskrunner`),
+where each batch is an `InProcess` loop of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from patronus_tasks.record.parquet import ParquetSink
+from patronus_tasks.record.records import STATUS_ERROR, Record
+from patronus_tasks.record.resume import Replay
+from patronus_tasks.run.runner import RowRunner, StepRunner, Unit, run_rows, units
+from patronus_tasks.run.spec import ExperimentSpec
+from patronus_tasks.run.threads import DaemonThreadPool
+
+#: Who watches each row's records (progress, observers, reporters); it may make the row wait.
+Watch = Callable[[list[Record]], Awaitable[None] | None]
+
+
+@dataclass
+class RunTotals:
+    """Rows, records and errors counted as records stream past (the manifest's figures,
+    the progress); the totals of loops run elsewhere (batches) add up with ``+=``."""
+
+    rows: int = 0
+    records: int = 0
+    task_errors: int = 0
+    evaluator_errors: int = 0
+    errored_rows: int = 0
+    calls: int = 0  # step calls handed to be run (the cache's answers included)
+    cached: int = 0  # of them, answered from the cache
+    pids: list[int] = field(default_factory=list)  # worker processes, when rows ran on Dask
+
+    def add(self, records: list[Record]) -> None:
+        """One row's records."""
+        self.rows += 1
+        self.records += len(records)
+        errors = [r for r in records if r.status == STATUS_ERROR]
+        self.errored_rows += bool(errors)
+        evaluator = sum(r.error_stage == "evaluator" for r in errors)
+        self.evaluator_errors += evaluator
+        self.task_errors += len(errors) - evaluator
+
+    def __iadd__(self, other: RunTotals) -> RunTotals:
+        for name in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows",
+                     "calls", "cached"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.pids = sorted({*self.pids, *other.pids})
+        return self
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows to run: the spec's dataset (a batch's slice of it on a worker), and what an
+    earlier run completed of them (a resume: those are not run again)."""
+
+    spec: ExperimentSpec
+    replay: Replay | None = None
+
+    def units(self) -> Iterator[Unit]:
+        """Every run of every row still to run (each repeat of it, with repeats)."""
+        wanted = self.replay.wanted if self.replay is not None else None
+        return units(self.spec.dataset.samples(), self.spec.repeats, wanted)
+
+
+class RecordStream:
+    """Where each row's records go as it finishes: counted in ``totals``, written to
+    ``sink`` (Parquet parts), shown to ``watch``."""
+
+    def __init__(self, totals: RunTotals, sink: ParquetSink, watch: Watch | None = None) -> None:
+        self.totals, self.sink, self.watch = totals, sink, watch
+
+    def add(self, records: list[Record]) -> Awaitable[None] | None:
+        self.totals.add(records)
+        self.sink.add(records)
+        return self.show(records)
+
+    def show(self, records: list[Record]) -> Awaitable[None] | None:
+        """Show a row's records to the watcher only (a worker counted and wrote them)."""
+        return None if self.watch is None else self.watch(records)
+
+
+async def row_loop(rows: Rows, steps: StepRunner, stream: RecordStream) -> None:
+    """Run the rows through the chain, each call through ``steps``; stream each row's
+    records. Whatever ends it, the rows done are written (as parts) and the threads of
+    sync steps let go (a call stuck in user code must not hold the process)."""
+    spec = rows.spec
+    pool = DaemonThreadPool(spec.max_concurrency)
+    runner = RowRunner(spec.links, steps, tags=spec.tags, limit=spec.max_concurrency,
+                       pool=pool, replay=rows.replay, cache=spec.open_cache(), prices=spec.prices)
+    try:
+        await run_rows(rows.units(), runner, spec.max_concurrency, stream.add)
+    finally:
+        stream.totals.calls += runner.calls
+        stream.totals.cached += runner.cached
+        stream.sink.flush()
+        pool.shutdown(wait=False)
+
+
+class Backend(Protocol):
+    """Where an experiment's rows run: it runs them through `row_loop` (here, or on
+    workers that write their own parts into the experiment's folder) and streams or
+    shows each row's records to ``stream``."""
+
+    async def run(self, rows: Rows, stream: RecordStream) -> None: ...
+
+
+class InProcess:
+    """Rows run here, in this event loop, each call through ``steps``."""
+
+    def __init__(self, steps: StepRunner) -> None:
+        self.steps = steps
+
+    async def run(self, rows: Rows, stream: RecordStream) -> None:
+        await row_loop(rows, self.steps, stream)
