@@ -21,7 +21,7 @@ from patronus_tasks.define.dataset import DataInput, aload_data
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import observers
-from patronus_tasks.run.execute import execute, gate_failures
+from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.loop import InProcess
 from patronus_tasks.run.options import RunOptions, split_run
 from patronus_tasks.run.runner import LocalStepRunner
@@ -33,13 +33,27 @@ async def _run(spec: ExperimentSpec) -> Experiment:
     if spec.backend != "local":
         from patronus_tasks.integrations.prefect.orchestrate import run_on_prefect
 
-        return await run_on_prefect(spec)  # raises QualityGateError itself, from the flow run
-    await execute(spec, InProcess(LocalStepRunner()))
-    experiment = Experiment(spec.out_dir, _report_afterwards(spec))
-    failures = gate_failures(spec, experiment)
-    if failures:
-        raise QualityGateError(failures, experiment)
-    return experiment
+        return await run_on_prefect(spec)
+    return await run_kept(spec, LocalKeeper(spec))
+
+
+class LocalKeeper:
+    """``"local"``: the rows run here with no Prefect; nothing keeps the experiment but
+    its files, and the gates checked on them are the verdict."""
+
+    flow_run_id = tally = manifest_file = None
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        self.spec, self.backend = spec, InProcess(LocalStepRunner())
+
+    def interrupted(self, exc: BaseException) -> None:
+        pass  # the rows done are written: nothing else to end
+
+    def experiment(self) -> Experiment:
+        return Experiment(self.spec.out_dir, _report_afterwards(self.spec))
+
+    async def verdict(self, failures: list[str], calls: int) -> list[str]:
+        return failures
 
 
 def _report_afterwards(spec: ExperimentSpec) -> Any:

@@ -14,9 +14,10 @@ import sys
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from patronus_tasks._version import __version__
+from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record import resume as _resume
 from patronus_tasks.record.location import Location
@@ -222,3 +223,45 @@ def gate_failures(spec: ExperimentSpec, experiment: Experiment,
         failures += failed_gates(summary, spec.min_pass_rates)
         failures += failed_metric_gates(summary, spec.min_metrics)
     return failures
+
+
+class Keeper(Protocol):
+    """What keeps an experiment besides its files, and says its verdict: nothing more
+    (``"local"``), the recorder process's flow run (``"prefect"``), or a flow run of
+    Prefect's engine (rows on a task runner). It gives the rows' `Backend` and what
+    `execute` writes to, the `Experiment` handed back, and publishes the verdict."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def flow_run_id(self) -> str | None: ...
+
+    @property
+    def tally(self) -> RunTotals | None: ...
+
+    @property
+    def manifest_file(self) -> ManifestFile | None: ...
+
+    def interrupted(self, exc: BaseException) -> None: ...
+
+    def experiment(self) -> Experiment: ...
+
+    async def verdict(self, failures: list[str], calls: int) -> list[str]: ...
+
+
+async def run_kept(spec: ExperimentSpec, keeper: Keeper) -> Experiment:
+    """An experiment's whole run, top to bottom: its rows where the keeper's backend runs
+    them, the gates on the written results, the verdict the keeper publishes (with a
+    comparison on Prefect), then the experiment, or `QualityGateError` when a gate failed."""
+    try:
+        _, calls = await execute(spec, keeper.backend, keeper.flow_run_id, keeper.tally,
+                                 keeper.manifest_file)
+    except BaseException as exc:
+        keeper.interrupted(exc)
+        raise
+    experiment = keeper.experiment()
+    failures = await keeper.verdict(gate_failures(spec, experiment), calls)
+    if failures:
+        raise QualityGateError(failures, experiment)
+    return experiment

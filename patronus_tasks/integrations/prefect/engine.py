@@ -23,7 +23,7 @@ from patronus_tasks.integrations.prefect.opening import opening
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, ParentRun
 from patronus_tasks.integrations.prefect.taskrunner import OnTaskRunner
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import execute, gate_failures
+from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.spec import ExperimentSpec
 
 
@@ -36,7 +36,7 @@ async def run_on_task_runner(spec: ExperimentSpec, parent: ParentRun | None) -> 
     async def body(**_parameters: Any) -> State:
         run["flow_run_id"] = flow_run_id = _runs.current_flow_run_id()
         assert flow_run_id is not None
-        return await _rows_then_verdict(spec, o, flow_run_id)
+        return await EngineKeeper(spec, o, flow_run_id).run()
 
     try:
         await _runs.run_as_flow(body, flow_name=o.flow_name, run_name=o.run_name,
@@ -52,22 +52,49 @@ async def run_on_task_runner(spec: ExperimentSpec, parent: ParentRun | None) -> 
     return Experiment(spec.out_dir)
 
 
-async def _rows_then_verdict(spec: ExperimentSpec, o: Opening, flow_run_id: str) -> State:
-    """The flow's body, top to bottom: the rows, the gates, the results published, the
-    verdict it ends with."""
-    _, calls = await execute(spec, OnTaskRunner(), flow_run_id)
-    closing = Closing(o.key, "completed", tuple(gate_failures(spec, Experiment(spec.out_dir))),
-                      spec.fail_on_regression, calls)
-    async with get_client() as client:
-        series = await flowruns.series_of(client, o.project, o.series, o.parent)
-        verdict = await postrun.publish(
-            postrun.Publishing.of(o, Target(client, flow_run_id, flow_run_id), series), closing)
-    log = get_run_logger()
-    for level, line in verdict.lines:
-        log.log(level, "%s", line)
-    if verdict.failures:
-        verdict.state.data = QualityGateError(verdict.failures, Experiment(spec.out_dir))
-    return verdict.state
+class EngineKeeper:
+    """Rows on a task runner: the flow run is the engine's, this one; at its end it
+    publishes the results and says the verdict as the recorder process does."""
+
+    tally = manifest_file = None
+
+    def __init__(self, spec: ExperimentSpec, opened: Opening, flow_run_id: str) -> None:
+        self.spec, self.opened, self.flow_run_id = spec, opened, flow_run_id
+        self.backend = OnTaskRunner()
+        self.state: State | None = None  # what the flow run ends with, once said
+
+    async def run(self) -> State:
+        """The flow's body: the experiment, top to bottom; the state its flow run ends
+        with (a failed gate's error its data: the flow run raises it)."""
+        try:
+            await run_kept(self.spec, self)
+        except QualityGateError as exc:
+            assert self.state is not None
+            self.state.data = exc
+        assert self.state is not None
+        return self.state
+
+    def interrupted(self, exc: BaseException) -> None:
+        pass  # the flow run is ended Cancelled from outside it (`run_on_task_runner`)
+
+    def experiment(self) -> Experiment:
+        return Experiment(self.spec.out_dir)
+
+    async def verdict(self, failures: list[str], calls: int) -> list[str]:
+        """Publish the results and the comparison; log the figures on the flow run; keep
+        the state it ends with."""
+        o = self.opened
+        closing = Closing(o.key, "completed", tuple(failures), self.spec.fail_on_regression,
+                          calls)
+        async with get_client() as client:
+            series = await flowruns.series_of(client, o.project, o.series, o.parent)
+            target = Target(client, self.flow_run_id, self.flow_run_id)
+            verdict = await postrun.publish(postrun.Publishing.of(o, target, series), closing)
+        log = get_run_logger()
+        for level, line in verdict.lines:
+            log.log(level, "%s", line)
+        self.state = verdict.state
+        return verdict.failures
 
 
 def _task_runner(spec: ExperimentSpec) -> Any:

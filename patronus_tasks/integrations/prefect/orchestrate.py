@@ -12,14 +12,13 @@ import asyncio
 import logging
 import sys
 
-from patronus_tasks.exceptions import QualityGateError
-from patronus_tasks.integrations.prefect import calls as _calls
 from patronus_tasks.integrations.prefect import server_hook
+from patronus_tasks.integrations.prefect.calls import Recorded
 from patronus_tasks.integrations.prefect.opening import opening, parent_run
-from patronus_tasks.integrations.prefect.protocol import Closing
+from patronus_tasks.integrations.prefect.protocol import Closing, ParentRun
 from patronus_tasks.integrations.prefect.recording import Recording, open_recording
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import ManifestFile, execute, gate_failures
+from patronus_tasks.run.execute import ManifestFile, run_kept
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 
@@ -40,44 +39,48 @@ async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
         from patronus_tasks.integrations.prefect.engine import run_on_task_runner
 
         return await run_on_task_runner(spec, parent_run())
-    parent = parent_run()
-    manifest = ManifestFile(spec.out_dir)
-    recording = open_recording(opening(spec, parent), on_progress=manifest.note_records)
+    keeper = RecorderKeeper(spec, parent_run())
     note = server_hook.startup_note()  # a user's flow started the built-in server here
     if note:
         print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
-    tally = recording.tally = RunTotals()
-    try:
-        _, calls = await execute(spec, _calls.Recorded(recording, spec.record), tally=tally,
-                                 manifest_file=manifest)
-    except BaseException as exc:
-        recording.close(Closing(recording.key, "interrupted", why=repr(exc)))
-        raise
-    experiment = Experiment(spec.out_dir, recording, live=manifest)
-    failures = gate_failures(spec, experiment)
-    recording.close(Closing(recording.key, "completed", tuple(failures),
-                            spec.fail_on_regression, calls))
-    failures = await _verdict(spec, recording, failures)
-    if parent is not None:
-        await _caught_up(recording)
-    if failures:
-        raise QualityGateError(failures, experiment)
-    return experiment
+    return await run_kept(spec, keeper)
 
 
-async def _verdict(spec: ExperimentSpec, recording: Recording, failures: list[str]) -> list[str]:
-    """The gates that failed: those checked here, and (``fail_on_regression``) the
-    comparison with the previous run, which the recorder process makes."""
-    if not spec.fail_on_regression:
+class RecorderKeeper:
+    """``"prefect"``: the rows run here (`Recorded`), each call handed to the recorder
+    process, which keeps the flow run, publishes the results and says the verdict."""
+
+    flow_run_id = None  # the recorder process's, told later (`manifest_file` notes it)
+
+    def __init__(self, spec: ExperimentSpec, parent: ParentRun | None) -> None:
+        self.spec, self.parent = spec, parent
+        self.manifest_file = ManifestFile(spec.out_dir)
+        self.recording = open_recording(opening(spec, parent),
+                                        on_progress=self.manifest_file.note_records)
+        self.tally = self.recording.tally = RunTotals()
+        self.backend = Recorded(self.recording, spec.record)
+
+    def interrupted(self, exc: BaseException) -> None:
+        self.recording.close(Closing(self.recording.key, "interrupted", why=repr(exc)))
+
+    def experiment(self) -> Experiment:
+        """The experiment, returned while Prefect catches up with its records."""
+        return Experiment(self.spec.out_dir, self.recording, live=self.manifest_file)
+
+    async def verdict(self, failures: list[str], calls: int) -> list[str]:
+        """The gates that failed: those checked here, and (``fail_on_regression``) the
+        comparison with the previous run, which the recorder process makes. Inside a
+        flow run, once the records are in (that flow run must not end first)."""
+        spec, recording = self.spec, self.recording
+        recording.close(Closing(recording.key, "completed", tuple(failures),
+                                spec.fail_on_regression, calls))
+        if spec.fail_on_regression:
+            said = await asyncio.to_thread(recording.wait_verdict)
+            failures = failures if said is None else said
+        if self.parent is not None:
+            await recording.until_recorded(_waiting)
         return failures
-    said = await asyncio.to_thread(recording.wait_verdict)
-    return failures if said is None else said
 
 
-async def _caught_up(recording: Recording) -> None:
-    """Inside a flow run, wait for the records (that flow run must not end first)."""
-
-    def report(r: Recording) -> None:
-        logger.info("waiting for %s", r.describe())
-
-    await recording.until_recorded(report)
+def _waiting(recording: Recording) -> None:
+    logger.info("waiting for %s", recording.describe())
