@@ -7,6 +7,7 @@ carries its headline figures, so the history reads as the nightly figures.
 
 from __future__ import annotations
 
+import json
 import socket
 import warnings
 from collections.abc import Iterable
@@ -21,8 +22,11 @@ from prefect.artifacts import (
     MarkdownArtifact,
     TableArtifact,
 )
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.sorting import ArtifactSort
 
 from patronus_tasks.integrations.prefect import links as _links
+from patronus_tasks.integrations.prefect.cells import markdown_table, num, pct
 from patronus_tasks.integrations.prefect.display import NOT_PASSED_TAG
 from patronus_tasks.integrations.prefect.events import namespace_of, task_run_id
 from patronus_tasks.integrations.prefect.keys import artifact_key
@@ -33,18 +37,6 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summ
 from patronus_tasks.results.usage import shown_usage, usage_rows
 
 FAILURES_SHOWN = 10
-#: Characters of one table cell (explanations, error messages) before the ellipsis.
-CELL_CHARS = 120
-
-
-def pct(value: float | None, signed: bool = False) -> str:
-    """A rate for a table cell (``+`` on differences); empty when there is none."""
-    return "" if value is None else (f"{value:+.1%}" if signed else f"{value:.1%}")
-
-
-def num(value: float | None) -> str:
-    """A score for a table cell; empty when there is none."""
-    return "" if value is None else f"{value:.3g}"
 
 
 def summary_rows(summary: Summary) -> list[dict[str, Any]]:
@@ -100,21 +92,6 @@ def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[s
         "task skips": summary.skipped_tasks_by_link.get(s.link_index, 0),
     })
     return row
-
-
-def _cell(value: Any, width: int = CELL_CHARS) -> str:
-    text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
-    text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
-    """``rows`` (dicts with the same keys) as the lines of a markdown table."""
-    if not rows:
-        return ["(no evaluations)"]
-    head = list(rows[0])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
 
 
 #: The record columns the report reads: the summary's, and the failures'.
@@ -267,3 +244,42 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
     await create(LinkArtifact(link=link, link_text=text, key=artifact_key(series, "results"),
                               description=results_description(title, series), **at),
                  target.client)
+
+
+async def publish_comparison(series: str, title: str, markdown: str, headline: str,
+                             target: Target) -> None:
+    """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
+    ``headline`` in its description, the history of the key)."""
+    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
+                                  description=f"{title}: {headline}",
+                                  flow_run_id=target.flow_run_id), target.client)
+
+
+#: Runs the ``<series>-history`` table keeps, newest first.
+HISTORY_ROWS = 60
+
+
+async def publish_history(series: str, row: dict[str, Any], target: Target) -> list[dict[str, Any]]:
+    """``<series>-history``: the last runs of the series, one row each, newest first
+    (returned, as published).
+
+    The UI lists an artifact key's versions by id only: this one table is where a
+    series' figures read night after night (the previous version's rows, plus this run).
+    """
+    key = artifact_key(series, "history")
+    found = await target.client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+        sort=ArtifactSort.CREATED_DESC, limit=1)
+    earlier = _table(found[0].data) if found else []
+    rows = [row, *earlier][:HISTORY_ROWS]
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    table = [{c: r.get(c, "") for c in columns} for r in rows]
+    await create(TableArtifact(table=table, key=key, flow_run_id=target.flow_run_id,
+                               description=f"{series}: the last {len(rows)} runs, newest first"),
+                 target.client)
+    return table
+
+
+def _table(data: Any) -> list[dict[str, Any]]:
+    rows = json.loads(data) if isinstance(data, str) else data
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []

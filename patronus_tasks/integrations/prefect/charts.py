@@ -25,9 +25,9 @@ from patronus_tasks.integrations.prefect.artifacts import (
     Target,
     artifact_key,
     create,
-    markdown_table,
     results_link,
 )
+from patronus_tasks.integrations.prefect.cells import markdown_table
 from patronus_tasks.record.location import Location
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run

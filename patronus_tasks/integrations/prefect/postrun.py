@@ -51,28 +51,23 @@ class Publishing:
 
 
 async def publish(p: Publishing, closing: Closing) -> Verdict:
-    """Publish the results, the comparison, the history and the charts; say the verdict
-    (a gate that failed, ``closing.gate_failures`` or a regression, fails it)."""
-    previous = await _series.previous_run(p.series, p.target.client)  # before ours is published
-    experiment, summary = await _publish_results(p)
-    comparison = await _series.publish_comparison(p.series, p.title, previous, experiment, p.target)
-    history = await _series.publish_history(
-        p.series, _series.history_row(experiment, summary, comparison), p.target)
-    await publish_charts(p.series, p.title, experiment, summary, comparison, history, p.target,
-                         p.parent, p.html_report)  # the report file, the charts, the parent's
-    failures = list(closing.gate_failures)
-    if closing.fail_on_regression:
-        failures += _series.regression_failures(comparison)
-    return _verdict(experiment, summary, _series.headline(comparison), failures)
-
-
-async def _publish_results(p: Publishing) -> tuple[Experiment, Summary]:
+    """Top to bottom: the series' previous run (asked before this one is published), the
+    results read and set against it, their artifacts, the comparison, the history and
+    the charts published; the verdict said (a gate that failed, ``closing.gate_failures``
+    or a regression, fails it)."""
+    previous = await _series.previous_run(p.series, p.target.client)
     experiment = Experiment(p.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
+    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids)
     await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
                              experiment)
-    return experiment, summary
+    await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
+    history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
+    await publish_charts(p.series, p.title, experiment, summary, seen.comparison, history,
+                         p.target, p.parent, p.html_report)  # the report, the charts, the parent's
+    regressed = seen.regressions if closing.fail_on_regression else []
+    return _verdict(experiment, summary, seen.headline, [*closing.gate_failures, *regressed])
 
 
 def _verdict(experiment: Experiment, summary: Summary, compared: str,

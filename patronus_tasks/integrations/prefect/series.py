@@ -7,25 +7,18 @@ version of the series' results link (the server is the one registry every worker
 
 from __future__ import annotations
 
-import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prefect.artifacts import MarkdownArtifact, TableArtifact
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 
 from patronus_tasks.integrations.prefect import links as _links
-from patronus_tasks.integrations.prefect.artifacts import (
-    Target,
-    artifact_key,
-    create,
-    markdown_table,
-    num,
-    pct,
-)
+from patronus_tasks.integrations.prefect.cells import markdown_table, num, pct
+from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -180,22 +173,6 @@ def headline(comparison: Comparison | str) -> str:
     return "vs previous: " + ("; ".join(parts) or "no paired evaluations")
 
 
-async def publish_comparison(series: str, title: str, previous: PreviousRun | None,
-                             this: Experiment, target: Target) -> Comparison | str:
-    """Compare ``this`` with the series' previous run; publish ``<series>-vs-previous``."""
-    comparison = compare_with(previous, this)
-    markdown = comparison_markdown(title, comparison, previous,
-                                   target.ids(regressed_task_runs(comparison)))
-    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
-                                  description=f"{title}: {headline(comparison)}",
-                                  flow_run_id=target.flow_run_id), target.client)
-    return comparison
-
-
-#: Runs the ``<series>-history`` table keeps, newest first.
-HISTORY_ROWS = 60
-
-
 def history_row(this: Experiment, summary: Summary, comparison: Comparison | str) -> dict[str, Any]:
     """This run as one row of its series' history: when, what, each evaluator's figure."""
     row: dict[str, Any] = {"started": str(this.manifest.get("started_at", ""))[:16].replace("T", " "),
@@ -214,27 +191,24 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
     return row
 
 
-async def publish_history(series: str, row: dict[str, Any], target: Target) -> list[dict[str, Any]]:
-    """``<series>-history``: the last runs of the series, one row each, newest first
-    (returned, as published).
+@dataclass(frozen=True)
+class InSeries:
+    """This run in its series: against the previous run (the comparison, in one line,
+    as the ``-vs-previous`` markdown, the regressions that fail ``fail_on_regression``)
+    and as a row of the series' history."""
 
-    The UI lists an artifact key's versions by id only: this one table is where a
-    series' figures read night after night (the previous version's rows, plus this run).
-    """
-    key = artifact_key(series, "history")
-    found = await target.client.read_artifacts(
-        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-        sort=ArtifactSort.CREATED_DESC, limit=1)
-    earlier = _table(found[0].data) if found else []
-    rows = [row, *earlier][:HISTORY_ROWS]
-    columns = list(dict.fromkeys(c for r in rows for c in r))
-    table = [{c: r.get(c, "") for c in columns} for r in rows]
-    await create(TableArtifact(table=table, key=key, flow_run_id=target.flow_run_id,
-                               description=f"{series}: the last {len(rows)} runs, newest first"),
-                 target.client)
-    return table
+    comparison: Comparison | str
+    headline: str
+    markdown: str
+    regressions: list[str]
+    history_row: dict[str, Any]
 
 
-def _table(data: Any) -> list[dict[str, Any]]:
-    rows = json.loads(data) if isinstance(data, str) else data
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+def in_series(title: str, previous: PreviousRun | None, this: Experiment, summary: Summary,
+              ids: Callable[[list[str]], dict[str, str]]) -> InSeries:
+    """``this`` run against ``previous``; ``ids`` gives the task-run ids of calls by name
+    (the markdown links the rows that regressed to them)."""
+    comparison = compare_with(previous, this)
+    markdown = comparison_markdown(title, comparison, previous, ids(regressed_task_runs(comparison)))
+    return InSeries(comparison, headline(comparison), markdown, regression_failures(comparison),
+                    history_row(this, summary, comparison))

@@ -1,0 +1,35 @@
+"""How figures read in the Prefect UI's tables: rates, scores, markdown tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+#: Characters of one table cell (explanations, error messages) before the ellipsis.
+CELL_CHARS = 120
+
+
+def pct(value: float | None, signed: bool = False) -> str:
+    """A rate for a table cell (``+`` on differences); empty when there is none."""
+    return "" if value is None else (f"{value:+.1%}" if signed else f"{value:.1%}")
+
+
+def num(value: float | None) -> str:
+    """A score for a table cell; empty when there is none."""
+    return "" if value is None else f"{value:.3g}"
+
+
+def _cell(value: Any, width: int = CELL_CHARS) -> str:
+    text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
+    """``rows`` (dicts with the same keys) as the lines of a markdown table."""
+    if not rows:
+        return ["(no evaluations)"]
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
