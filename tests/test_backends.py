@@ -180,3 +180,47 @@ def test_no_experiment_starts_in_a_worker_process_importing_the_script(tmp_path:
     assert kinds.count("script") == 2  # the worker's import of the script stopped at the call
     assert kinds.count("call") == 6  # the first run's calls only
     assert [p.name for p in (tmp_path / "results" / "guardless").iterdir()] == ["plain"]
+
+
+class _Collect:
+    """A reporter that keeps what it is sent."""
+
+    name = "collect"
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    async def start(self, spec: Any) -> None:
+        pass
+
+    async def add(self, records: list[Any]) -> None:
+        self.records += records
+
+    async def finish(self) -> dict[str, Any]:
+        return {"records": len(self.records)}
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_any_prefect_task_runner_runs_the_rows_and_shows_them_as_batches_end(
+        prefect_server: str, results_dir: Path) -> None:
+    """A `TaskRunner` given as ``backend`` runs the rows in batches through the same row
+    loop as Dask's; each batch's rows reach the progress and the reporters once it ends."""
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from .dask_steps import said_row, where
+
+    progress: list[tuple[int, int]] = []
+    reporter = _Collect()
+    exp = run_experiment("runner", data=[{"n": i} for i in range(6)], task=where,
+                         evaluators=[said_row], backend=ThreadPoolTaskRunner(max_workers=2),
+                         results_dir=results_dir, print_summary=False, reporters=[reporter],
+                         on_progress=lambda done, rows: progress.append((done, rows)))
+    assert exp.to_dataframe()["pass"].tolist() == [True] * 6
+    assert progress[-1] == (6, 6) and len(progress) == 6
+    assert sorted(int(r.sid) for r in reporter.records) == list(range(1, 7))
+    assert exp.manifest["rows"] == 6 and exp.manifest["reports"]["collect"]["records"] == 6
+    assert exp.wait_recorded(60)
+    names = set(asyncio.run(_task_runs(exp.manifest["flow_run_id"])))
+    assert names == {f"{step}-{i}" for step in ("where", "said_row") for i in range(1, 7)}
