@@ -3,8 +3,9 @@
 `RowRunner` walks one row through the chain's links and returns its records.
 Each call of user code is an `Invocation`, executed by a `StepRunner`: the seam
 between this logic and how calls are orchestrated. `LocalStepRunner` runs them in
-plain asyncio (retries and timeouts done here); the Prefect runner in `integrations/prefect/runs.py`
-runs each as a Prefect task run.
+plain asyncio (retries and timeouts done here); `RecordingStepRunner`
+(`integrations/prefect/calls.py`) also records each as a Prefect task run. The loop over
+an experiment's rows is `loop.row_loop`.
 """
 
 from __future__ import annotations
