@@ -19,7 +19,7 @@ from patronus_tasks.exceptions import ConfigError
 
 #: Where rows run: in this process recorded on Prefect, in this process with no Prefect,
 #: in batches on Dask; or any Prefect ``TaskRunner`` instance.
-Backend = Any  # "prefect" | "local" | "dask" | a Prefect TaskRunner
+BackendOption = Any  # "prefect" | "local" | "dask" | a Prefect TaskRunner (`loop.Backend` runs it)
 
 
 class ExperimentOptions(TypedDict, total=False):
@@ -32,7 +32,7 @@ class ExperimentOptions(TypedDict, total=False):
     experiment_name: str | None
     max_concurrency: int
     results_dir: str | Path | None
-    backend: Backend
+    backend: BackendOption
     resume: bool
     retry_errors: bool
     experiment_id: str | None

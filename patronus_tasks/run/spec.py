@@ -25,7 +25,7 @@ from patronus_tasks.record.cache import Cache, CallCache, cache_setting, open_ca
 from patronus_tasks.record.location import Location
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
-from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
+from patronus_tasks.run.options import BackendOption, ExperimentOptions, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
 
 ReplayMode = Literal["resume", "retry", None]
@@ -176,7 +176,7 @@ def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> Experi
     return spec
 
 
-def _backend(backend: Backend, dask_address: str | None) -> tuple[BackendKind, Any]:
+def _backend(backend: BackendOption, dask_address: str | None) -> tuple[BackendKind, Any]:
     """``backend`` resolved once: its kind, and the task runner given (``"task_runner"``)."""
     if dask_address is not None and backend != "dask":
         raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
