@@ -1,7 +1,8 @@
 """Calls recorded as Prefect task runs through bulk events, read back from a real server.
 
-This is also the contract test of the event format `_events.py` sends, which is internal
-to Prefect: the same calls run through Prefect's own task engine must read back the same.
+This is also the contract test of the event format `integrations/prefect/events.py` sends,
+which is internal to Prefect: the same calls run through Prefect's own task engine must
+read back the same.
 """
 
 from __future__ import annotations
