@@ -6,8 +6,6 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
-
 import pytest
 
 from .prefect_servers import SessionServer
@@ -19,27 +17,6 @@ _SESSION = SessionServer()
 def _needs_server(item: pytest.Item) -> bool:
     names = getattr(item, "fixturenames", ())
     return "prefect_server" in names or "prefect_template_db" in names
-
-
-#: Modules that one xdist worker runs whole: their tests share what a module-scoped fixture
-#: starts (a stack, a built-in server's home), which a second worker would start again.
-WHOLE_MODULES = frozenset({"tests/test_deployment.py", "tests/test_main_job.py",
-                           "tests/test_stack.py"})
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Tests go one at a time to whichever worker is free, but for `WHOLE_MODULES`.
-
-    (xdist's ``loadgroup`` would do, but pytest 9.2 no longer reads the group xdist
-    3.8 writes into node ids: every test became a group of its own.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class OneAtATime(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in WHOLE_MODULES else nodeid
-
-    return OneAtATime(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
