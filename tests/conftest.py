@@ -6,9 +6,11 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+
 import pytest
 
-from .prefect_servers import SessionServer
+from .prefect_gate import Gate, gate_for
+from .prefect_servers import SessionServer, api_of
 
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION = SessionServer()
@@ -52,7 +54,8 @@ def prefect_server() -> Iterator[str]:
     url = _SESSION.wait().api_url
     with ExitStack() as stack:
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
-        # Contexts copied before this one (threads Prefect started) see it too.
+        # Contexts copied before this one (threads Prefect started) see it too: what
+        # Prefect's own prefect_test_harness does, through the same private function.
         stack.enter_context(prefect.context._temporary_global_settings_context(
             prefect.context.get_settings_context()))
         os.environ["PREFECT_API_URL"] = url
@@ -60,6 +63,14 @@ def prefect_server() -> Iterator[str]:
             yield url
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+@pytest.fixture
+def prefect_gate(prefect_server: str) -> Iterator[Gate]:
+    """The session's server behind a gate (tests/prefect_gate.py: what a test plays with
+    the posts of events and logs), as this process's API meanwhile."""
+    with gate_for(prefect_server) as gate, api_of(gate.url):
+        yield gate
 
 
 @pytest.fixture(scope="session")

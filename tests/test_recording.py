@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from prefect import flow
@@ -27,46 +30,15 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFi
 from prefect.logging import get_run_logger
 from prefect.states import Completed
 
-from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, run_experiment, task
-from patronus_tasks.integrations.prefect import recorder as _recorder
+from patronus_tasks import Row, evaluator, run_experiment, task
+from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.events import Call, State
-from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
+from patronus_tasks.integrations.prefect.recorder import Limits, TaskRunRecorder
+from patronus_tasks.integrations.prefect.runs import FINAL_STATES
 
-CALLS: dict[str, int] = {}
-
-
-def _first(kind: str, text: str, key: str) -> TaskResult | None:
-    CALLS[key] = CALLS.get(key, 0) + 1
-    if kind == "flaky" and CALLS[key] < 2:
-        raise ConnectionError("flaky model")
-    if kind == "broken":
-        raise ValueError("always broken")
-    if kind == "skip":
-        return None
-    return TaskResult(evaluated_model_output=text.upper(), tags={"k": kind})
-
-
-@task(retries=2, retry_delay_seconds=0)
-async def first(row: Row) -> TaskResult | None:
-    return _first(row.kind, row.text, f"{row.sid}:ours")
-
-
-@evaluator(timeout_seconds=0.5)
-async def slow_judge(row: Row, task_result: TaskResult) -> EvaluationResult:
-    if row.kind == "hang":
-        await asyncio.sleep(30)
-    return EvaluationResult(pass_=task_result.evaluated_model_output.isupper(), score_raw=0.5)
-
-
-@evaluator
-def length(task_result: TaskResult) -> float:
-    return float(len(task_result.evaluated_model_output))
-
-
-@task
-def second(parent: Parent) -> str:
-    return f"{parent.task.evaluated_model_output}:{parent.find_eval_result('length').score_raw}"
-
+from .prefect_gate import Gate
+from .shared_steps import answer, follow_up, respond, size, upper_judge
+from .waits import until
 
 KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok"]
 
@@ -110,14 +82,14 @@ def _messages(runs: list[Any]) -> dict[str, str | None]:
 @prefect_task(cache_policy=NO_CACHE, persist_result=False)
 async def _engine_call(step: str, kind: str, sid: str) -> Any:
     """What our calls do, returning the named states our records carry (a verdict)."""
-    if step == "first":
-        value = _first(kind, f"t{int(sid) - 1}", f"{sid}:engine")
+    if step == "answer":
+        value = respond(kind, f"t{int(sid) - 1}", f"engine:{sid}")
         return Completed(name="Skipped", message="task returned None") if value is None else value
-    if step == "slow_judge":
+    if step == "upper_judge":
         if kind == "hang":
             await asyncio.sleep(30)
         return Completed(name="Passed", message="score 0.5")
-    if step == "length":
+    if step == "size":
         return Completed(name="Scored", message=f"score {len(f't{int(sid) - 1}'):g}")
     return step
 
@@ -129,26 +101,26 @@ async def _engine_reference() -> str:
 
     for i, kind in enumerate(KINDS):
         sid = str(i + 1)
-        run = _engine_call.with_options(task_run_name=f"first-{sid}", retries=2,
+        run = _engine_call.with_options(task_run_name=f"answer-{sid}", retries=2,
                                         retry_delay_seconds=0)
-        state = await run("first", kind, sid, return_state=True)
+        state = await run("answer", kind, sid, return_state=True)
         if state.is_failed() or await state.result() is None:
             continue
-        for name, timeout in (("slow_judge", 0.5), ("length", None)):
+        for name, timeout in (("upper_judge", 0.5), ("size", None)):
             await _engine_call.with_options(task_run_name=f"{name}-{sid}", timeout_seconds=timeout)(
                 name, kind, sid, wait_for=[state], return_state=True)
-        await _engine_call.with_options(task_run_name=f"second-{sid}-link1")(
-            "second", kind, sid, return_state=True)
+        await _engine_call.with_options(task_run_name=f"follow_up-{sid}-link1")(
+            "follow_up", kind, sid, return_state=True)
     ctx = FlowRunContext.get()
     assert ctx is not None and ctx.flow_run is not None
     return str(ctx.flow_run.id)
 
 
 def test_calls_read_back_as_prefect_engine_task_runs(prefect_server: str, results_dir: Path) -> None:
-    data = [{"kind": k, "text": f"t{i}"} for i, k in enumerate(KINDS)]
+    data = [{"kind": k, "text": f"t{i}", "run": "contract"} for i, k in enumerate(KINDS)]
     exp = run_experiment("recording", data=data, experiment_name="contract",
-                         chain=[{"task": first, "evaluators": [slow_judge, length]},
-                                {"task": second}],
+                         chain=[{"task": answer, "evaluators": [upper_judge, size]},
+                                {"task": follow_up}],
                          results_dir=results_dir, print_summary=False, max_concurrency=3)
     assert exp.wait_recorded(60)
     ours = asyncio.run(_runs(exp.manifest["flow_run_id"]))
@@ -156,18 +128,18 @@ def test_calls_read_back_as_prefect_engine_task_runs(prefect_server: str, result
     assert _shape(ours) == _shape(engine)
     assert _messages(ours) == _messages(engine)
     shape = _shape(ours)
-    assert shape["first-2"] == ("COMPLETED", "Completed", 2, [])  # one retry used
-    assert shape["first-3"] == ("FAILED", "Failed", 3, [])
-    assert shape["first-4"] == ("COMPLETED", "Skipped", 1, [])  # returned None
-    assert shape["slow_judge-5"][:2] == ("FAILED", "TimedOut")
-    assert shape["slow_judge-1"] == ("COMPLETED", "Passed", 1, ["first-1"])
-    assert shape["length-1"] == ("COMPLETED", "Scored", 1, ["first-1"])
-    assert "second-1-link1" in shape and "second-4-link1" not in shape
+    assert shape["answer-2"] == ("COMPLETED", "Completed", 2, [])  # one retry used
+    assert shape["answer-3"] == ("FAILED", "Failed", 3, [])
+    assert shape["answer-4"] == ("COMPLETED", "Skipped", 1, [])  # returned None
+    assert shape["upper_judge-5"][:2] == ("FAILED", "TimedOut")
+    assert shape["upper_judge-1"] == ("COMPLETED", "Passed", 1, ["answer-1"])
+    assert shape["size-1"] == ("COMPLETED", "Scored", 1, ["answer-1"])
+    assert "follow_up-1-link1" in shape and "follow_up-4-link1" not in shape
     for run in ours:  # full records: times, key, tags, flow run
         assert run.start_time is not None and run.end_time is not None
         assert run.start_time <= run.end_time and run.flow_run_id is not None
-        assert run.task_key in {"task-first", "task-second", "evaluator-slow_judge",
-                                "evaluator-length"}
+        assert run.task_key in {"task-answer", "task-follow_up", "evaluator-upper_judge",
+                                "evaluator-size"}
         assert {"project:recording", "experiment:contract"} <= set(run.tags)
     assert exp.manifest["flow_run_id"] and _manifest(exp)["prefect"] == {
         "task_runs": len(ours), "task_runs_recorded": len(ours), "task_runs_lost": 0,
@@ -184,8 +156,19 @@ def _manifest(exp: Any) -> dict[str, Any]:
 async def slow_and_chatty(row: Row) -> str:
     logging.getLogger("user.code").warning("thinking about %s", row.sid)
     logging.getLogger("user.other").error("still at %s", row.sid)
-    await asyncio.sleep(1.6 if row.sid == "1" else 0)
+    if row.sid == "1":  # a slow call: it ends once the server shows it Running
+        await _until_running(f"slow_and_chatty-{row.sid}")
     return "done"
+
+
+async def _until_running(name: str) -> None:
+    body = {"task_runs": {"name": {"any_": [name]}, "state": {"type": {"any_": ["RUNNING"]}}}}
+    async with httpx.AsyncClient(base_url=os.environ["PREFECT_API_URL"], timeout=10) as client:
+        for _ in range(1200):
+            if (await client.post("/task_runs/filter", json=body)).json():
+                return
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"{name} was never shown Running")
 
 
 @task
@@ -214,7 +197,7 @@ def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
                          experiment_name="ui", results_dir=results_dir, print_summary=False)
     assert exp.wait_recorded(60)
     found = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))
-    assert found["slow_and_chatty-1"][0] == ["Running", "Completed"]  # ran over a second
+    assert found["slow_and_chatty-1"][0] == ["Running", "Completed"]  # still going after 1 s
     assert found["slow_and_chatty-2"][0] == ["Completed"]  # fast: one event, not two
     for sid in ("1", "2"):
         logs = found[f"slow_and_chatty-{sid}"][1]
@@ -235,24 +218,14 @@ def test_a_run_logger_outside_a_flow_is_an_error_that_says_the_fix(
 
 
 def test_a_flood_of_logs_is_bounded_and_counted(
-        prefect_server: str, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
-    # Logs come faster than the server takes them (each post held 2 s here): past
-    # MAX_LOGS waiting, they are dropped and counted, never held without bound.
-    from patronus_tasks.integrations.prefect import internal
-
-    post = internal.post_logs
-
-    async def slow(client: Any, logs: list[dict[str, Any]]) -> None:
-        await asyncio.sleep(2.0)
-        await post(client, logs)
-
-    monkeypatch.setattr(internal, "post_logs", slow)
-    monkeypatch.setattr(_recorder, "MAX_LOGS", 500)
+        prefect_gate: Gate, caplog: pytest.LogCaptureFixture) -> None:
+    # Logs come faster than the server takes them (each post held 2 s by the gate): past
+    # `max_logs` waiting, they are dropped and counted, never held without bound.
+    prefect_gate.log_delay = 2.0
 
     async def record() -> tuple[str, TaskRunRecorder, str]:
         flow_run_id = await _new_flow_run("flood")
-        recorder = TaskRunRecorder(flow_run_id, []).start()
+        recorder = TaskRunRecorder(flow_run_id, [], limits=Limits(max_logs=500)).start()
         task_run_id = _record(recorder, "task-floods", 1)[0]
         for i in range(3_000):
             recorder.log({"name": "user.flood", "level": logging.WARNING, "message": f"line {i}",
@@ -269,12 +242,15 @@ def test_a_flood_of_logs_is_bounded_and_counted(
     assert 500 <= len(logs) == 3_000 - recorder.logs_dropped
 
 
+def _nothing() -> None:
+    pass
+
+
 async def _new_flow_run(flow_name: str) -> str:
-    """A bare flow run made through the API, for recorders to record into."""
+    """A flow run made through the API, for recorders to record into."""
     async with get_client() as client:
-        flow_id = await client.create_flow_from_name(flow_name)
-        created = await client._client.post("/flow_runs/", json={"flow_id": str(flow_id)})
-    return str(created.json()["id"])
+        created = await client.create_flow_run(flow(name=flow_name)(_nothing))
+    return str(created.id)
 
 
 def _record(recorder: TaskRunRecorder, step: str, count: int, prefix: str = "") -> list[str]:
@@ -287,48 +263,46 @@ def _record(recorder: TaskRunRecorder, step: str, count: int, prefix: str = "") 
     return ids
 
 
-def _ahead_checked(monkeypatch: pytest.MonkeyPatch, recorders: list[TaskRunRecorder],
-                   since: dt.datetime) -> list[int]:
-    """Before every POST: events posted by ``recorders`` that the slower of the server's
-    task-run recorder and event persister has not taken yet (counted over the flow run)."""
-    from patronus_tasks.integrations.prefect.runs import count_task_runs
+class AheadCheck:
+    """At the gate, before each post of events: the events posted so far (each once,
+    however often it went), this post's included, that the slower of the server's task-run
+    recorder and event persister has not taken yet, counted over the flow run."""
 
-    ahead: list[int] = []
-    send = _recorder._Poster._send
+    def __init__(self, api_url: str, since: dt.datetime) -> None:
+        self.api_url, self.since, self.flow_run_id = api_url, since, ""
+        self.posted: set[str] = set()
+        self.ahead: list[int] = []
+        self.lock = threading.Lock()
 
-    async def checked(self: Any, batch: Any) -> bool:
-        r = self.r
-        runs = await count_task_runs(r.flow_run_id, self.client)
-        events = await _count_events(r.flow_run_id, since, self.client)
-        posted = sum(x.backlog.sent for x in recorders)
-        ahead.append(posted + batch.count - min(runs, events))
-        return bool(await send(self, batch))
+    def __call__(self, body: bytes) -> bytes:
+        recorded = min(self._count("/task_runs/count", {
+            "flow_runs": {"id": {"any_": [self.flow_run_id]}},
+            "task_runs": {"state": {"type": {"any_": FINAL_STATES}}}}),
+            self._count("/events/filter", {"filter": {
+                "related": {"id": [f"prefect.flow-run.{self.flow_run_id}"]},
+                "occurred": {"since": self.since.isoformat(), "until": "2999-01-01T00:00:00Z"}},
+                "limit": 1}))
+        with self.lock:
+            self.posted |= {event["id"] for event in orjson.loads(body)}
+            self.ahead.append(len(self.posted) - recorded)
+        return body
 
-    monkeypatch.setattr(_recorder._Poster, "_send", checked)
-    return ahead
-
-
-async def _count_events(flow_run_id: str, since: dt.datetime, client: Any) -> int:
-    """Events related to this flow run, from ``since`` on, that the server stored."""
-    body = {"filter": {"related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
-                       "occurred": {"since": since.isoformat(), "until": "2999-01-01T00:00:00Z"}},
-            "limit": 1}
-    response = await client._client.post("/events/filter", json=body)
-    response.raise_for_status()
-    return int(response.json()["total"])
+    def _count(self, path: str, body: dict[str, Any]) -> int:
+        found = httpx.post(f"{self.api_url}{path}", json=body, timeout=30).json()
+        return int(found["total"] if isinstance(found, dict) else found)
 
 
 def test_recorders_posting_at_once_stay_within_the_bound_together(
-        prefect_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        prefect_server: str, prefect_gate: Gate) -> None:
     # Prefect's broker drops events past 10,000 queued per consumer: the posters (Dask
     # batches each have their own) must wait for the server to record and store them.
-    monkeypatch.setattr(_recorder, "MAX_AHEAD", 150)
+    check = prefect_gate.on_events = AheadCheck(prefect_server, dt.datetime.now(dt.UTC))
     recorders: list[TaskRunRecorder] = []
-    ahead = _ahead_checked(monkeypatch, recorders, dt.datetime.now(dt.UTC))
 
     async def record() -> str:
-        flow_run_id = await _new_flow_run("shared-bound")
-        recorders.extend(TaskRunRecorder(flow_run_id, [], share=3).start() for _ in range(3))
+        flow_run_id = check.flow_run_id = await _new_flow_run("shared-bound")
+        recorders.extend(TaskRunRecorder(flow_run_id, [], share=3, limits=Limits(max_ahead=150))
+                         .start() for _ in range(3))
         for n, r in enumerate(recorders):
             _record(r, "evaluator-short", 200, prefix=f"r{n}-")
             r.close()
@@ -337,18 +311,16 @@ def test_recorders_posting_at_once_stay_within_the_bound_together(
     flow_run_id = asyncio.run(record())
     assert all(r.wait(120) for r in recorders)
     assert sum(r.recorded for r in recorders) == 600 == _count(flow_run_id)
-    assert len(ahead) >= 6 and max(ahead) <= 150, ahead
+    assert len(check.ahead) >= 6 and max(check.ahead) <= 150, check.ahead
 
 
-def test_rows_task_runs_are_posted_before_their_evaluators(
-        prefect_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_task_runs_are_posted_before_their_evaluators(prefect_server: str) -> None:
     # When the server lags, every row's own task run is recorded first: evaluator events
     # made earlier wait behind task events made later.
-    monkeypatch.setattr(_recorder, "MAX_AHEAD", 10)  # batches of 10, each waits for the last
-
     async def record() -> tuple[str, TaskRunRecorder]:
         flow_run_id = await _new_flow_run("rows-first")
-        recorder = TaskRunRecorder(flow_run_id, []).start()
+        # batches of 10, each waits for the last
+        recorder = TaskRunRecorder(flow_run_id, [], limits=Limits(max_ahead=10)).start()
         _record(recorder, "evaluator-short", 30)
         _record(recorder, "task-first", 30)
         recorder.close()
@@ -388,12 +360,10 @@ def test_without_the_event_persister_task_runs_alone_count(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_template_db: Path) -> None:
     # A server whose event persister is off stores no event: waiting for stored events
     # would never end; the recorder notices and counts task runs alone.
-    monkeypatch.setattr(_recorder, "MAX_AHEAD", 100)
-    monkeypatch.setattr(_recorder, "_PERSISTER_GRACE_SECONDS", 3.0)
-
     async def record() -> tuple[str, TaskRunRecorder]:
         flow_run_id = await _new_flow_run("no-persister")
-        recorder = TaskRunRecorder(flow_run_id, []).start()
+        limits = Limits(max_ahead=100, persister_grace_seconds=3.0)
+        recorder = TaskRunRecorder(flow_run_id, [], limits=limits).start()
         _record(recorder, "evaluator-short", 300)
         recorder.close()
         return flow_run_id, recorder
@@ -405,36 +375,30 @@ def test_without_the_event_persister_task_runs_alone_count(
     assert not recorder.backlog.persisting
 
 
-def _unrecordable(monkeypatch: pytest.MonkeyPatch, posts: int | None = None) -> list[bytes]:
-    """The first ``posts`` posts of events (all, if None) taken by the server but never
-    recorded: they say another orchestration, which its task-run recorder passes over
-    (its broker takes their ids all the same). Returns the bodies posted."""
-    from patronus_tasks.integrations.prefect import internal
+class Unrecordable:
+    """At the gate: the first ``posts`` posts of events (all, if None) reach the server but
+    are never recorded: they say another orchestration, which its task-run recorder passes
+    over (its broker takes their ids all the same). Keeps the bodies posted."""
 
-    post, bodies = internal.post_events, []
+    def __init__(self, posts: int | None = None) -> None:
+        self.posts, self.bodies = posts, list[bytes]()
 
-    async def lossy(client: Any, body: bytes) -> None:
-        bodies.append(body)
-        if posts is None or len(bodies) <= posts:
+    def __call__(self, body: bytes) -> bytes:
+        self.bodies.append(body)
+        if self.posts is None or len(self.bodies) <= self.posts:
             body = body.replace(b'"prefect.orchestration":"client"',
                                 b'"prefect.orchestration":"lost"')
-        await post(client, body)
-
-    monkeypatch.setattr(internal, "post_events", lossy)
-    return bodies
+        return body
 
 
 def test_a_server_that_records_nothing_is_given_up_on_and_said_so(
-        prefect_server: str, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(_recorder, "MAX_AHEAD", 100)
-    monkeypatch.setattr(_recorder, "_STALL_SECONDS", 1.0)
-    monkeypatch.setattr(_recorder, "GIVE_UP_SECONDS", 4.0)
-    _unrecordable(monkeypatch)
+        prefect_gate: Gate, caplog: pytest.LogCaptureFixture) -> None:
+    prefect_gate.on_events = Unrecordable()
 
     async def record() -> TaskRunRecorder:
-        recorder = TaskRunRecorder(await _new_flow_run("records-nothing"), []).start()
-        _record(recorder, "evaluator-short", 400)
+        limits = Limits(max_ahead=100, stall_seconds=1.0, give_up_seconds=4.0)
+        recorder = TaskRunRecorder(await _new_flow_run("records-nothing"), [], limits=limits)
+        _record(recorder.start(), "evaluator-short", 400)
         recorder.close()
         return recorder
 
@@ -446,19 +410,17 @@ def test_a_server_that_records_nothing_is_given_up_on_and_said_so(
     assert len(gave_up) == 1, [r.getMessage() for r in gave_up]
 
 
-def test_events_the_server_took_and_lost_go_again_under_new_ids(
-        prefect_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_events_the_server_took_and_lost_go_again_under_new_ids(prefect_gate: Gate) -> None:
     # The server's broker drops an event whose id it took in the last five minutes, so
     # events it took and then lost (a full broker, a failed flush) only count when sent
-    # under new ids. Lost here: the first post (`_unrecordable`). The first resend keeps
+    # under new ids. Lost here: the first post (`Unrecordable`). The first resend keeps
     # the ids (a server merely slow would otherwise record each state twice); it is
     # dropped, and the next one, under new ids, is recorded.
-    monkeypatch.setattr(_recorder, "_STALL_SECONDS", 1.0)
-    bodies = _unrecordable(monkeypatch, posts=1)
+    lossy = prefect_gate.on_events = Unrecordable(posts=1)
 
     async def record() -> tuple[str, TaskRunRecorder, list[str]]:
         flow_run_id = await _new_flow_run("took-and-lost")
-        recorder = TaskRunRecorder(flow_run_id, []).start()
+        recorder = TaskRunRecorder(flow_run_id, [], limits=Limits(stall_seconds=1.0)).start()
         ids = _record(recorder, "evaluator-short", 40)
         recorder.close()
         return flow_run_id, recorder, ids
@@ -466,7 +428,7 @@ def test_events_the_server_took_and_lost_go_again_under_new_ids(
     flow_run_id, recorder, ids = asyncio.run(record())
     assert recorder.wait(60) and recorder.recorded == 40 and recorder.lost == 0
     assert _count(flow_run_id) == 40  # each task run once
-    first, *again = (orjson.loads(b) for b in bodies)
+    first, *again = (orjson.loads(b) for b in lossy.bodies)
     resent = [e for body in again for e in body]  # (more than once, if the server lags)
     first_ids = {e["id"] for e in first}
     renewed = [e for e in resent if e["id"] not in first_ids]
@@ -488,13 +450,10 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
     # Killed with events in its broker (taken, not yet recorded), restarted on the same
     # database: what it lost is sent again, with the same ids, and nothing doubles.
     import contextvars
-    import threading
 
 
-    # The run's tail, lost at the kill, is sent again after this. Not shorter, nor a shorter
-    # LOST_AFTER: sent again faster than the restarted server catches up, copies pile up
-    # in its broker past the 10,000 it keeps per consumer, and it drops them silently.
-    monkeypatch.setattr(_recorder, "_STALL_SECONDS", 6.0)
+    # (The recorder process sends the run's tail, lost at the kill, again after its
+    # `recorder.STALL_SECONDS`.)
     with _server(tmp_path, monkeypatch, prefect_template_db) as server:
         done: dict[str, Any] = {}
 
@@ -505,9 +464,7 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
 
         runner = threading.Thread(target=contextvars.copy_context().run, args=(experiment,))
         runner.start()
-        deadline = time.monotonic() + 60
-        while _recorded_so_far(server.api_url) < 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        until(lambda: _recorded_so_far(server.api_url) >= 200, "200 task runs recorded")
         server.kill()
         server.start()
         runner.join(180)
@@ -520,8 +477,6 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
 
 def _recorded_so_far(api_url: str) -> int:
     """Task runs on the server so far, of any flow run (the experiment's is not known yet)."""
-    import httpx
-
     try:
         return int(httpx.post(f"{api_url}/task_runs/count", json={}, timeout=5).json())
     except httpx.HTTPError:
@@ -529,10 +484,10 @@ def _recorded_so_far(api_url: str) -> int:
 
 
 def _count_all(flow_run_id: str) -> int:
+    """Task runs of the flow run, in any state."""
     async def count() -> int:
         async with get_client() as client:
-            response = await client._client.post(
-                "/task_runs/count", json={"flow_runs": {"id": {"any_": [flow_run_id]}}})
-            return int(response.json())
+            return await internal.count_task_runs(
+                client, {"flow_runs": {"id": {"any_": [flow_run_id]}}})
 
     return asyncio.run(count())
