@@ -35,14 +35,17 @@ DB_FILE = "prefect.db"  # Prefect's default database, in PREFECT_HOME
 #: Where the session's server is (``port:pid:home``), for xdist's workers: they inherit it
 #: from the process that started it.
 _SHARED = "PATRONUS_TESTS_SESSION_SERVER"
-#: The session server's process: a template database migrated, copied to its home, served.
+#: The session server's process: its database migrated (and block types registered), a
+#: copy kept as the template, then served; one process, so Prefect is imported once.
 _MIGRATE_COPY_SERVE = f"""
-import os, shutil, subprocess, sys
-template, home, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-subprocess.run([sys.executable, "-c", {internal.PREPARE_DATABASE!r}], check=True,
-               env={{**os.environ, "PREFECT_HOME": template}})
-shutil.copy(os.path.join(template, "{DB_FILE}"), home)
-os.execv(argv[0], argv)
+import os, sqlite3, sys, uvicorn
+template, port = sys.argv[1], int(sys.argv[2])
+exec({internal.PREPARE_DATABASE!r})
+database = os.path.join(os.environ["PREFECT_HOME"], "{DB_FILE}")
+with sqlite3.connect(database) as src, sqlite3.connect(template) as dst:
+    src.backup(dst)
+uvicorn.run("{internal.SERVER_MODULE}:create_app", factory=True, host="127.0.0.1", port=port,
+            log_level="error", lifespan="on")
 """
 
 
@@ -177,8 +180,8 @@ class SessionServer:
         home = Path(tempfile.mkdtemp(prefix="patronus-tasks-server-"))
         self.server, self.owner = Server(home, free_port(), prepared=True), True
         self.template.parent.mkdir()
-        self.server.spawn([sys.executable, "-c", _MIGRATE_COPY_SERVE, str(self.template.parent),
-                           str(self.server.home), *internal.server_command(self.server.port)])
+        self.server.spawn([sys.executable, "-c", _MIGRATE_COPY_SERVE, str(self.template),
+                           str(self.server.port)])
         os.environ[_SHARED] = f"{self.server.port}:{self.server.pid}:{self.server.home}"
 
     def _found(self) -> Server:
