@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .prefect_servers import SessionServer
+from .prefect_gate import Gate, gate_for
+from .prefect_servers import SessionServer, api_of
 
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION = SessionServer()
@@ -19,27 +19,6 @@ _SESSION = SessionServer()
 def _needs_server(item: pytest.Item) -> bool:
     names = getattr(item, "fixturenames", ())
     return "prefect_server" in names or "prefect_template_db" in names
-
-
-#: Modules that one xdist worker runs whole: their tests share what a module-scoped fixture
-#: starts (a stack, a built-in server's home), which a second worker would start again.
-WHOLE_MODULES = frozenset({"tests/test_deployment.py", "tests/test_main_job.py",
-                           "tests/test_stack.py"})
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Tests go one at a time to whichever worker is free, but for `WHOLE_MODULES`.
-
-    (xdist's ``loadgroup`` would do, but pytest 9.2 no longer reads the group xdist
-    3.8 writes into node ids: every test became a group of its own.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class OneAtATime(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in WHOLE_MODULES else nodeid
-
-    return OneAtATime(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,7 +54,8 @@ def prefect_server() -> Iterator[str]:
     url = _SESSION.wait().api_url
     with ExitStack() as stack:
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
-        # Contexts copied before this one (threads Prefect started) see it too.
+        # Contexts copied before this one (threads Prefect started) see it too: what
+        # Prefect's own prefect_test_harness does, through the same private function.
         stack.enter_context(prefect.context._temporary_global_settings_context(
             prefect.context.get_settings_context()))
         os.environ["PREFECT_API_URL"] = url
@@ -83,6 +63,14 @@ def prefect_server() -> Iterator[str]:
             yield url
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+@pytest.fixture
+def prefect_gate(prefect_server: str) -> Iterator[Gate]:
+    """The session's server behind a gate (tests/prefect_gate.py: what a test plays with
+    the posts of events and logs), as this process's API meanwhile."""
+    with gate_for(prefect_server) as gate, api_of(gate.url):
+        yield gate
 
 
 @pytest.fixture(scope="session")

@@ -13,15 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from patronus_tasks import evaluator, run_experiment
+from patronus_tasks import Row, evaluator, run_experiment
 
 ROWS = 60
-PAUSE = [0.0]  # seconds each row's first evaluator takes (a slow row, to be killed mid-run)
 
 
 @evaluator
-def short(evaluated_model_output: str) -> bool:
-    time.sleep(PAUSE[0])
+def short(row: Row, evaluated_model_output: str) -> bool:
+    time.sleep(row.pause)  # slow rows, for a test that kills the process mid-run
     return len(evaluated_model_output) < 3
 
 
@@ -30,8 +29,10 @@ def digits(evaluated_model_output: str) -> bool:
     return evaluated_model_output.isdigit()
 
 
-def run(results_dir: Path, **options: Any) -> Any:
-    return run_experiment("held", data=[{"evaluated_model_output": str(i)} for i in range(ROWS)],
+def run(results_dir: Path, pause: float = 0.0, **options: Any) -> Any:
+    """The experiment, each row's first evaluator taking ``pause`` seconds."""
+    data = [{"evaluated_model_output": str(i), "pause": pause} for i in range(ROWS)]
+    return run_experiment("held", data=data,
                           evaluators=[short, digits], results_dir=results_dir,
                           experiment_name="held", print_summary=False, max_concurrency=4,
                           **options)
@@ -48,7 +49,6 @@ def flow_run_of(exp: Any, timeout: float = 60) -> str:
 
 
 if __name__ == "__main__":
-    PAUSE[0] = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
-    exp = run(Path(sys.argv[1]))
+    exp = run(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
     print("rows done", flush=True)
     print("flow run", flow_run_of(exp), flush=True)

@@ -1,6 +1,8 @@
 """A real HTTP proxy on 127.0.0.1 in front of a real Prefect server, for what a test plays
 with the posts of events: a server slow to take them (held), one that takes them and
-loses them (a restart), one that limits their rate (Prefect Cloud's 429s).
+loses them (a restart), one that limits their rate (Prefect Cloud's 429s); and for what a
+test looks at or changes in them on their way (`Gate.on_events`), or a server slow to take
+logs (`Gate.log_delay`).
 
 Everything else passes through untouched; the recorder process of the experiment under
 test talks to the gate as to any Prefect API (``PREFECT_API_URL``).
@@ -12,7 +14,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +43,9 @@ class Gate:
     held: bool = False  # answered 503 (down) until released
     lose_after: int | None = None  # posts after this many are answered 200 and dropped
     limit: Limit | None = None
+    #: Sees each post of events the gate forwards (its body) and returns what to forward.
+    on_events: Callable[[bytes], bytes] | None = None
+    log_delay: float = 0.0  # seconds each post of logs is held before it is forwarded
     posts: int = 0
     forwarded_events: int = 0
     refusals: list[float] = field(default_factory=list)  # when a 429 was answered
@@ -87,12 +92,16 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
         def _serve(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
-            decided = None
-            if self.command == "POST" and self.path.rstrip("/") == "/api/events":
+            decided, path = None, self.path.rstrip("/")
+            if self.command == "POST" and path == "/api/events":
                 decided = gate.decide(len(json.loads(body or b"[]")))
+                if decided is None and gate.on_events is not None:
+                    body = gate.on_events(body)
             if decided is not None:
                 self._answer(decided[0], decided[1], b"{}")
                 return
+            if self.command == "POST" and path == "/api/logs":
+                time.sleep(gate.log_delay)  # a server slow to take them
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
             upstream = client.request(self.command, gate.upstream.removesuffix("/api") + self.path,
                                       content=body, headers=headers)

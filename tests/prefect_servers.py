@@ -1,12 +1,13 @@
 """Real Prefect servers for the tests, on 127.0.0.1.
 
-One server is shared by the whole session, xdist's workers included (`SessionServer`): it
-starts in the background as soon as pytest is configured, so tests without Prefect run
-while it migrates its new database (~20 s on 2 cores). Tests that need a server of their
-own (services off, a restart) start from a copy of its freshly migrated database, which
-spares them the migrations. These servers are Prefect's application under uvicorn with
-every service and no UI (~6.5 s to start, against ~11 s for `prefect server start`, which
-`server up` and its own test use).
+Prefect ships a harness (`prefect.testing.utilities.prefect_test_harness`): a server on a
+new database per process, waited for (~20 s of migrations on 2 cores, for each xdist
+worker), with Prefect's ephemeral settings. Here one server serves the whole session,
+xdist's workers included (`SessionServer`), with every service on and the settings for
+many task runs (`SERVER_DEFAULTS`): the first pytest process starts it in the background
+as soon as it is configured, and tests without Prefect run while it migrates. Its freshly
+migrated database is kept as a template: tests that need a server of their own (services
+off, a restart) start from a copy of it, which spares them the migrations.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +28,25 @@ from pathlib import Path
 
 import httpx
 
+from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.settings import SERVER_DEFAULTS
 
 DB_FILE = "prefect.db"  # Prefect's default database, in PREFECT_HOME
+#: Where the session's server is (``port:pid:home``), for xdist's workers: they inherit it
+#: from the process that started it.
+_SHARED = "PATRONUS_TESTS_SESSION_SERVER"
+#: The session server's process: its database migrated (and block types registered), a
+#: copy kept as the template, then served; one process, so Prefect is imported once.
+_MIGRATE_COPY_SERVE = f"""
+import os, sqlite3, sys, uvicorn
+template, port = sys.argv[1], int(sys.argv[2])
+exec({internal.PREPARE_DATABASE!r})
+database = os.path.join(os.environ["PREFECT_HOME"], "{DB_FILE}")
+with sqlite3.connect(database) as src, sqlite3.connect(template) as dst:
+    src.backup(dst)
+uvicorn.run("{internal.SERVER_MODULE}:create_app", factory=True, host="127.0.0.1", port=port,
+            log_level="error", lifespan="on")
+"""
 
 
 def free_port() -> int:
@@ -53,6 +69,7 @@ class Server:
     home: Path
     port: int
     pid: int = 0
+    prepared: bool = False  # its database migrated and its block types registered already
 
     @property
     def api_url(self) -> str:
@@ -60,30 +77,30 @@ class Server:
 
     def start(self, timeout: float = 120) -> Server:
         """Start it (again, on the same database and port, after `kill`)."""
-        import prefect
+        self.spawn(internal.server_command(self.port))
+        return self.wait(timeout)
 
+    def spawn(self, argv: list[str]) -> None:
         env = {**SERVER_DEFAULTS, **os.environ, "PREFECT_HOME": str(self.home),
                "PREFECT_UI_ENABLED": "0"}
         env.pop("PREFECT_API_URL", None)
+        if self.prepared:  # (the session server's process prepares its template first)
+            env.update(PREFECT_SERVER_DATABASE_MIGRATE_ON_START="false",
+                       PREFECT_SERVER_REGISTER_BLOCKS_ON_START="false")
         with (self.home / "server.log").open("ab") as log:
-            self.pid = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-                 "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True).pid
-        self._wait(timeout)
-        return self
+            self.pid = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True).pid
 
-    def _wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> Server:
+        """Once it answers; a RuntimeError if its process ends first, or past ``timeout``."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and _alive(self.pid):
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
-                    return
+                    return self
             time.sleep(0.2)
-        raise RuntimeError(f"no Prefect server on {self.api_url} after {timeout} s; "
-                           f"see {self.home / 'server.log'}")
+        raise RuntimeError(f"no Prefect server on {self.api_url} ({timeout} s, process "
+                           f"{'alive' if _alive(self.pid) else 'gone'}); see {self.home}/server.log")
 
     def kill(self) -> None:
         """Kill it outright (SIGKILL): what it had queued in memory is lost."""
@@ -94,12 +111,20 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGTERM if grace else signal.SIGKILL)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+        while time.monotonic() < deadline and _alive(self.pid):
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not ended, nor a zombie; Linux's /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @contextlib.contextmanager
@@ -126,87 +151,53 @@ def start_server(home: Path, template: Path | None = None) -> Server:
     if template is not None:
         copy_database(template, home)
     home.mkdir(parents=True, exist_ok=True)
-    return Server(home, free_port()).start()
-
-
-#: Where the session's server is (``port:home``), for xdist's workers: they inherit it from
-#: the process that started the server.
-_SHARED = "PATRONUS_TESTS_SESSION_SERVER"
+    return Server(home, free_port(), prepared=template is not None).start()
 
 
 class SessionServer:
     """The session's shared server: started once, by the first pytest process (xdist's
-    controller, before its workers exist, or the only process), in a background thread;
-    xdist's workers find it through `_SHARED`. One server, one migration (~15 s of CPU),
-    however many workers."""
+    controller, before its workers exist, or the only process); xdist's workers find it
+    through `_SHARED`. One server, one migration (~15 s of CPU), however many workers."""
 
     def __init__(self) -> None:
-        self.home, self.port = Path(), 0
-        self.owner = False
         self.server: Server | None = None
-        self._thread: threading.Thread | None = None
+        self.owner = False
+
+    @property
+    def home(self) -> Path:
+        return self._found().home
 
     @property
     def template(self) -> Path:
-        return self.home.parent / f"{self.home.name}-template" / DB_FILE
-
-    @property
-    def _ready(self) -> Path:
-        return self.template.parent / "ready"
-
-    @property
-    def _failed(self) -> Path:
-        return self.home / "failed-to-start"
+        home = self.home
+        return home.parent / f"{home.name}-template" / DB_FILE
 
     def begin(self) -> None:
         """Start it, unless it is started already (here, or by the process that started
         this one)."""
-        if self._thread is not None or os.environ.get(_SHARED):
+        if self.server is not None or os.environ.get(_SHARED):
             return
-        self.home = Path(tempfile.mkdtemp(prefix="patronus-tasks-server-"))
-        self.port, self.owner = free_port(), True
-        os.environ[_SHARED] = f"{self.port}:{self.home}"
-        self._thread = threading.Thread(target=self._start, name="session-prefect-server",
-                                        daemon=True)
-        self._thread.start()
+        home = Path(tempfile.mkdtemp(prefix="patronus-tasks-server-"))
+        self.server, self.owner = Server(home, free_port(), prepared=True), True
+        self.template.parent.mkdir()
+        self.server.spawn([sys.executable, "-c", _MIGRATE_COPY_SERVE, str(self.template),
+                           str(self.server.port)])
+        os.environ[_SHARED] = f"{self.server.port}:{self.server.pid}:{self.server.home}"
 
-    def _start(self) -> None:
-        try:
-            self.server = Server(self.home, self.port)
-            self.server.start()
-            copy_database(self.home / DB_FILE, self.template.parent)
-            self._ready.touch()
-        except BaseException as exc:
-            with contextlib.suppress(OSError):  # stopped meanwhile: its home is gone
-                self._failed.write_text(f"{type(exc).__name__}: {exc}")
+    def _found(self) -> Server:
+        if self.server is None:
+            port, pid, home = os.environ[_SHARED].split(":", 2)
+            self.server = Server(Path(home), int(port), int(pid))
+        return self.server
 
     def wait(self, timeout: float = 300) -> Server:
-        """The server, once it is up and its template database made."""
-        if not self.owner:
-            port, home = os.environ[_SHARED].split(":", 1)
-            self.home, self.port = Path(home), int(port)
-        deadline = time.monotonic() + timeout
-        while not self._ready.exists() and time.monotonic() < deadline:
-            if self._failed.exists():
-                raise RuntimeError("the session's Prefect server did not start: "
-                                   + self._failed.read_text())
-            time.sleep(0.2)
-        if not self._ready.exists():
-            raise RuntimeError(f"the session's Prefect server did not start in {timeout} s")
-        return self.server or Server(self.home, self.port)
-
-    def _starting(self) -> bool:
-        alive = self._thread is not None and self._thread.is_alive()
-        return alive and not (self.server is not None and self.server.pid)
+        """The server, once it is up (its template made before)."""
+        return self._found().wait(timeout)
 
     def stop(self) -> None:
-        """Stop it, if this process started it (it does not wait for one still starting)."""
-        if not self.owner:
+        """Stop it, if this process started it."""
+        if self.server is None or not self.owner:
             return
-        deadline = time.monotonic() + 5  # started a moment ago: its process is on its way
-        while self._starting() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.server is not None and self.server.pid:
-            self.server.stop(grace=2)  # its database is thrown away: no need to wait long
-        shutil.rmtree(self.home, ignore_errors=True)
+        self.server.stop(grace=2)  # its database is thrown away: no need to wait long
+        shutil.rmtree(self.server.home, ignore_errors=True)
         shutil.rmtree(self.template.parent, ignore_errors=True)

@@ -22,7 +22,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from patronus_tasks import QualityGateError, run_experiment
 
-from .dask_steps import answer, follow_up, size, upper_judge
+from .shared_steps import answer, follow_up, size, upper_judge
 
 KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok", "ok", "flaky"]
 #: Columns that differ from run to run whatever the backend: wall times, tracebacks

@@ -284,7 +284,7 @@ def test_repeats_cache_resume_and_metric_gates_on_dask(prefect_server: str,
                                                        tmp_path: Path) -> None:
     from distributed import LocalCluster
 
-    from .dask_steps import echo_cached, fails_while_flagged
+    from .shared_steps import echo_cached, fails_while_flagged
 
     flag = tmp_path / "flag"
     flag.touch()

@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -187,21 +186,24 @@ def test_retries_and_timeouts_locally(results_dir: Path) -> None:
 
 
 def test_max_concurrency_bounds_calls_in_flight(results_dir: Path) -> None:
+    # Calls go on in fours (a barrier): a fifth in flight would be seen while four wait,
+    # and fewer than four would never pass.
     lock, active, peak = threading.Lock(), [0], [0]
+    fours = threading.Barrier(4, timeout=30)
 
     @task
-    def sleepy(row: Row) -> str:
+    def held(row: Row) -> str:
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        time.sleep(0.05)
+        fours.wait()
         with lock:
             active[0] -= 1
         return "x"
 
     data = [{"evaluated_model_input": str(i)} for i in range(24)]
-    run(results_dir, data=data, task=sleepy, max_concurrency=4)
-    assert 2 <= peak[0] <= 4
+    df = run(results_dir, data=data, task=held, max_concurrency=4)
+    assert df["status"].eq("ok").all() and peak[0] == 4
 
 
 def test_exports_and_summary(results_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,10 @@
-"""Where sync steps run: threads for slow code, the event loop's thread for cheap code."""
+"""Where sync steps run: threads for slow code, the event loop's thread for cheap code.
+
+The decision from measured call times is tested on `InlinePolicy` with a clock the test
+moves (a real clock under load can make any cheap call look slow); experiments check
+that the runner follows the decision, with steps whose calls are slow beyond doubt or
+whose ``inline`` is set.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,10 @@ from typing import Any
 import pytest
 
 from patronus_tasks import ConfigError, Evaluator, evaluator, run_experiment
-from patronus_tasks.define.inline import PROBE_CALLS, SLOW_SECONDS
-
-ROWS = 3 * PROBE_CALLS
+from patronus_tasks.define.inline import FAST_SECONDS, PROBE_CALLS, SLOW_SECONDS, InlinePolicy
 
 
-def _run(tmp_path: Path, *evaluators: Any, rows: int = ROWS) -> Any:
+def _run(tmp_path: Path, *evaluators: Any, rows: int) -> Any:
     data = [{"evaluated_model_output": f"out {i}"} for i in range(rows)]
     return run_experiment("inline", data=data, evaluators=list(evaluators), max_concurrency=1,
                           backend="local", results_dir=tmp_path, print_summary=False)
@@ -38,13 +42,64 @@ def _recording(name: str, calls: list[tuple[str, int]], delay: float = 0.0, **op
     return check
 
 
-def test_a_cheap_sync_evaluator_moves_inline_after_its_probe_calls(tmp_path: Path) -> None:
-    calls: list[tuple[str, int]] = []
-    exp = _run(tmp_path, _recording("cheap", calls))
-    inline = _threads_seen(calls)
-    assert inline[:PROBE_CALLS] == [False] * PROBE_CALLS
-    assert all(inline[PROBE_CALLS + 1:]), inline
-    assert exp.summary().evaluators[0].passed == ROWS
+class Clock:
+    """Time as a test moves it: a call of `took` lasts exactly ``seconds``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def took(self, seconds: float) -> bool:
+        self.now += seconds
+        return True
+
+
+def _policy(inline: bool | None = None, has_timeout: bool = False) -> tuple[InlinePolicy, Clock]:
+    clock = Clock()
+    return InlinePolicy("step", inline, has_timeout, clock=clock), clock
+
+
+def _calls(policy: InlinePolicy, clock: Clock, *seconds: float) -> list[bool]:
+    """Whether the step ran inline before each of these calls (lasting ``seconds``)."""
+    inline = []
+    for s in seconds:
+        inline.append(policy.inline)
+        policy.call(clock.took, {"seconds": s})
+    return inline
+
+
+def test_a_cheap_step_moves_inline_after_its_probe_calls() -> None:
+    policy, clock = _policy()
+    fast = FAST_SECONDS / 2
+    seen = _calls(policy, clock, *[fast] * (PROBE_CALLS + 5))
+    assert seen == [False] * PROBE_CALLS + [True] * 5
+
+
+def test_one_slow_probe_keeps_a_step_in_threads_for_good() -> None:
+    policy, clock = _policy()
+    fast = FAST_SECONDS / 2
+    seen = _calls(policy, clock, *[fast] * 3, FAST_SECONDS * 1.5, *[fast] * (PROBE_CALLS * 2))
+    assert not any(seen)
+
+
+def test_a_slow_inline_call_sends_the_step_back_to_threads_for_good() -> None:
+    policy, clock = _policy()
+    fast = FAST_SECONDS / 2
+    seen = _calls(policy, clock, *[fast] * PROBE_CALLS, fast, SLOW_SECONDS * 0.9, SLOW_SECONDS * 2,
+                  *[fast] * PROBE_CALLS)
+    assert seen[PROBE_CALLS:PROBE_CALLS + 3] == [True, True, True]  # a little slow is no cause
+    assert not any(seen[PROBE_CALLS + 3:])
+
+
+def test_set_or_timed_steps_are_not_measured_into_another_place() -> None:
+    slow, fast = SLOW_SECONDS * 2, FAST_SECONDS / 2
+    for inline, has_timeout, calls, expected in [(True, False, [slow] * 3, True),
+                                                 (False, False, [fast] * (PROBE_CALLS + 3), False),
+                                                 (None, True, [fast] * (PROBE_CALLS + 3), False)]:
+        policy, clock = _policy(inline, has_timeout)
+        assert set(_calls(policy, clock, *calls)) == {expected}, (inline, has_timeout)
 
 
 def test_a_slow_sync_evaluator_stays_in_threads(tmp_path: Path) -> None:
@@ -60,23 +115,6 @@ def test_inline_true_and_false_are_obeyed_from_the_first_call(tmp_path: Path) ->
          _recording("never", thread_calls, inline=False), rows=PROBE_CALLS + 4)
     assert all(_threads_seen(inline_calls))
     assert not any(_threads_seen(thread_calls))
-
-
-def test_a_slow_inline_call_sends_the_step_back_to_threads(tmp_path: Path) -> None:
-    calls: list[tuple[str, int]] = []
-    slow_at = PROBE_CALLS + 4
-
-    @evaluator
-    def sometimes_slow(evaluated_model_output: str) -> bool:
-        if len(calls) == slow_at:
-            time.sleep(SLOW_SECONDS * 2)
-        calls.append((f"{len(calls):05d}", threading.get_ident()))
-        return True
-
-    _run(tmp_path, sometimes_slow)
-    inline = _threads_seen(calls)
-    assert inline[slow_at] is True  # it ran inline, and was slow...
-    assert not any(inline[slow_at + 2:])  # ...so later calls run in threads
 
 
 def test_a_step_with_a_timeout_is_never_inline_and_inline_true_refuses_one(tmp_path: Path) -> None:

@@ -286,7 +286,7 @@ def test_rows_on_two_dask_worker_processes_write_their_parts_to_s3(
     write parts into the same S3 prefix, with the credentials the workers inherit.
     (Dask through a scheduler's address and a local folder: test_backends.py.)"""
     pytest.importorskip("prefect_dask")
-    from .dask_steps import said_row, where
+    from .shared_steps import said_row, where
 
     prefix = f"dask-{uuid.uuid4().hex[:8]}"
     exp = run_experiment("dask", data=[{"x": i} for i in range(40)], task=where,

@@ -14,8 +14,7 @@ from prefect.client.orchestration import get_client
 
 from patronus_tasks import evaluator, run_experiment, task
 
-from .prefect_gate import Limit, gate_for
-from .prefect_servers import api_of
+from .prefect_gate import Gate, Limit
 from .test_recording import _count
 
 ROWS = 100
@@ -36,13 +35,13 @@ def _data(rows: int = ROWS) -> list[dict[str, str]]:
 
 
 def test_a_rate_limited_server_gets_every_record_at_its_pace(
-        prefect_server: str, results_dir: Path) -> None:
-    with gate_for(prefect_server) as gate, api_of(gate.url):
-        gate.limit = Limit(events=60, window=2.0)  # 2 x 100 events: several windows
-        exp = run_experiment("rate-limited", data=_data(), evaluators=[short, digits],
-                             results_dir=results_dir, print_summary=False)
-        told = _told_while_waiting(exp)
-        assert exp.wait_recorded(120)
+        prefect_gate: Gate, results_dir: Path) -> None:
+    gate = prefect_gate
+    gate.limit = Limit(events=60, window=2.0)  # 2 x 100 events: several windows
+    exp = run_experiment("rate-limited", data=_data(), evaluators=[short, digits],
+                         results_dir=results_dir, print_summary=False)
+    told = _told_while_waiting(exp)
+    assert exp.wait_recorded(120)
     assert _count(exp.manifest["flow_run_id"]) == 2 * ROWS  # each once, none dropped
     assert gate.refusals and gate.forwarded_events == 2 * ROWS
     # Never sooner than the server asked (Retry-After: the rest of its window, >= 1 s).

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from patronus_tasks import EvaluationResult, TaskResult, evaluator, run_experime
 from patronus_tasks.record.records import FIXED_SCHEMA
 
 from .conftest import ROOT
+from .waits import sids_written, until
 
 
 @task
@@ -125,17 +125,14 @@ def test_sigkill_keeps_every_completed_row(tmp_path: Path) -> None:
     markers = tmp_path / "markers.txt"
     proc = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path / "results"), str(markers)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if markers.exists() and len(markers.read_text().split()) >= 12:
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)  # the last evaluator returned; its record is being journalled
+    out_dir = tmp_path / "results" / "crash" / "killed"
+    # Rows 1-12 complete, 13-16 hang: killed once the twelfth record is on disk.
+    until(lambda: len(sids_written(out_dir)) >= 12 or proc.poll() is not None,
+          "12 rows written", timeout=120)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    assert proc.wait(30) == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
     completed = sorted(markers.read_text().split(), key=int)
     assert completed == [str(i) for i in range(1, 13)]
-    out_dir = tmp_path / "results" / "crash" / "killed"
     assert not (out_dir / "results.parquet").exists()
     on_disk = _read_unfinished(out_dir)
     assert sorted(on_disk["sid"], key=int) == completed  # each completed row, exactly once

@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,9 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from . import held_records
-from .prefect_gate import Gate, gate_for
-from .prefect_servers import api_of
+from .prefect_gate import Gate
 from .test_recording import _count
+from .waits import sids_written, until
 
 HERE = Path(__file__).resolve().parent
 CALLS = held_records.ROWS * 2
@@ -35,20 +33,11 @@ def _manifest(exp_dir: Path) -> dict[str, Any]:
     return dict(json.loads((exp_dir / "manifest.json").read_text()))
 
 
-def _until(check: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return found
-
-
 @pytest.fixture
-def gate(prefect_server: str) -> Iterator[Gate]:
+def gate(prefect_gate: Gate) -> Gate:
     """Posts of events held (503) until ``gate.release()``; this process's API meanwhile."""
-    with gate_for(prefect_server) as gate, api_of(gate.url):
-        gate.held = True
-        yield gate
+    prefect_gate.held = True
+    return prefect_gate
 
 
 def test_experiment_returns_with_its_results_before_prefect_has_the_records(
@@ -57,7 +46,7 @@ def test_experiment_returns_with_its_results_before_prefect_has_the_records(
     assert len(exp.to_dataframe()) == CALLS  # every result, already
     assert exp.manifest["status"] == "completed"
     flow_run_id = held_records.flow_run_of(exp)
-    assert _until(lambda: _manifest(exp.path).get("prefect")) == {
+    assert until(lambda: _manifest(exp.path).get("prefect"), "the manifest's Prefect figures") == {
         "task_runs": CALLS, "task_runs_recorded": 0, "task_runs_lost": 0, "complete": False}
     assert _count(flow_run_id) == 0 and not exp.wait_recorded(0.1)
     gate.release()
@@ -102,7 +91,7 @@ def test_the_process_exits_only_once_prefect_has_every_record(tmp_path: Path, ga
     try:
         _said(proc, "rows done")
         flow_run_id = _said(proc, "flow run")
-        _until(lambda: "Waiting for Prefect to record" in stderr.read_text())
+        until(lambda: "Waiting for Prefect to record" in stderr.read_text(), "the wait said")
         assert f"{CALLS} of {CALLS} task runs of held/" in stderr.read_text()
         assert proc.poll() is None  # still there, waiting
         gate.release()
@@ -136,7 +125,7 @@ def test_killed_after_its_rows_its_records_still_reach_prefect(tmp_path: Path, g
         == [str(i) for i in range(1, held_records.ROWS + 1)]
     assert _count(flow_run_id) == 0
     gate.release()
-    _until(lambda: asyncio.run(_state(flow_run_id))[0] == "COMPLETED")
+    until(lambda: asyncio.run(_state(flow_run_id))[0] == "COMPLETED", "the flow run completed")
     assert _count(flow_run_id) == CALLS
 
 
@@ -146,15 +135,16 @@ def test_killed_mid_run_its_flow_run_ends_crashed(tmp_path: Path, gate: Gate) ->
     gate.release()
     proc, _ = _start(tmp_path, gate, pause=1.0)  # ~15 s of rows
     try:
-        exp_dir = _until(lambda: next((tmp_path / "results" / "held").glob("*"), None))
-        flow_run_id = _until(lambda: (exp_dir / "manifest.json").exists()
-                             and _manifest(exp_dir).get("flow_run_id"))
+        exp_dir = until(lambda: next((tmp_path / "results" / "held").glob("*"), None), "its folder")
+        flow_run_id = until(lambda: (exp_dir / "manifest.json").exists()
+                            and _manifest(exp_dir).get("flow_run_id"), "its flow run")
+        until(lambda: sids_written(exp_dir), "a row written")  # a row done: its calls handed on
         assert _manifest(exp_dir)["status"] == "running"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
         proc.kill()
-    state, message = _until(lambda: (found := asyncio.run(_state(flow_run_id)))[0] != "RUNNING"
-                            and found)
+    state, message = until(lambda: (found := asyncio.run(_state(flow_run_id)))[0] != "RUNNING"
+                           and found, "the flow run's end")
     assert state == "CRASHED" and "process ended before its rows were done" in message
     assert 0 < _count(flow_run_id) < CALLS  # the rows done before: ~4 a second

@@ -21,6 +21,7 @@ from patronus_tasks.results import load_experiment
 
 from .conftest import ROOT
 from .servers import FakeServer, Recorded, Reply, chat_completion, serve
+from .waits import sids_written, until
 
 SCRIPT = """
 import sys
@@ -70,15 +71,13 @@ def _run(url: str, results: Path | str, mode: str) -> subprocess.Popen[bytes]:
 
 
 def killed_mid_run(url: str, results: Path | str, counting: CountingModel) -> None:
-    """Start the run, SIGKILL it once rows q0..q9 are journalled and q10.. hang."""
+    """Start the run, SIGKILL it once rows q0..q9 are written (q10.. hang)."""
     counting.stall.set()
     proc = _run(url, results, "fresh")
-    deadline = time.monotonic() + 60
-    while sum(counting.seen.values()) < 14 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # rows q0..q9 have answered and been journalled; q10.. hang
+    until(lambda: len(sids_written(results, "resumable", "long-run")) >= 10
+          or proc.poll() is not None, "rows q0..q9 written")
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    assert proc.wait(30) == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
 
 
 def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, CountingModel],
@@ -202,6 +201,13 @@ def test_gate_fails_the_prefect_flow_run(prefect_server: str, results_dir: Path)
     assert asyncio.run(state()) == "FAILED" and manifest["status"] == "completed"
 
 
+def _manifest(out_dir: Path) -> dict[str, object]:
+    try:
+        return dict(json.loads((out_dir / "manifest.json").read_text()))
+    except (OSError, ValueError):  # not written yet
+        return {}
+
+
 INTERRUPTED = """
 import sys, time
 from patronus_tasks import evaluator, run_experiment
@@ -229,10 +235,11 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
         proc.wait(60)
         pytest.fail(f"the experiment ended before its slow row (exit {proc.returncode}):\n"
                     f"{proc.stderr.read()[-3000:]}")
-    time.sleep(0.5)
+    out_dir = tmp_path / "r" / "interrupts" / "sigterm"
+    until(lambda: len(sids_written(out_dir)) >= 3 and _manifest(out_dir).get("flow_run_id"),
+          "rows 1-3 written and the flow run made")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) != 0
-    out_dir = tmp_path / "r" / "interrupts" / "sigterm"
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     assert sorted(load_experiment(out_dir).to_dataframe()["sid"]) == ["1", "2", "3"]

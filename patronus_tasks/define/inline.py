@@ -27,8 +27,10 @@ PROBE_CALLS, FAST_SECONDS, SLOW_SECONDS = 16, 0.001, 0.02
 class InlinePolicy:
     """Decides, from measured call times, whether a sync step runs inline."""
 
-    def __init__(self, name: str, inline: bool | None, has_timeout: bool) -> None:
+    def __init__(self, name: str, inline: bool | None, has_timeout: bool,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.name = name
+        self.clock = clock  # what calls are timed with (a test gives one it moves itself)
         self.inline = bool(inline)
         self._fixed = inline is not None
         self._settled = self._fixed or has_timeout
@@ -38,11 +40,11 @@ class InlinePolicy:
         """Call ``fn`` (in whatever thread this runs), timing it for the decision."""
         if self._fixed or (self._settled and not self.inline):
             return fn(**kwargs)
-        start = time.perf_counter()
+        start = self.clock()
         try:
             return fn(**kwargs)
         finally:
-            self._observe(time.perf_counter() - start)
+            self._observe(self.clock() - start)
 
     def _observe(self, seconds: float) -> None:
         # Races between threads only miscount a probe: the decision stays sound.

@@ -34,7 +34,7 @@ from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
 
 RESULTS_FILE = "results.parquet"
-PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see _resume.py)
+PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see record/resume.py)
 MANIFEST_FILE = "manifest.json"
 PARTS_DIR = "parts"
 METADATA_KEY = b"patronus_tasks"

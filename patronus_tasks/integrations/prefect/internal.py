@@ -1,17 +1,34 @@
 """Every use of Prefect's private interfaces, in one place.
 
-Prefect's public client has no bulk way to record task runs or to ask which of a set of
-ids the server holds, so these go through its HTTP client (``client._client``) to
-endpoints of the REST API: ``POST /events`` (the event format of `events`, also
-internal), ``POST /logs/``, and the filter and count endpoints. The contract test
-(tests/test_recording.py) runs the same calls through Prefect's own task engine and
-compares what the API returns; the Prefect range in pyproject.toml is what it passed on.
+- The REST API through the client's HTTP client (``client._client``): Prefect's public
+  client has no bulk way to record task runs or to ask which of a set of ids the server
+  holds. ``POST /events`` (the event format of `events`, also internal), ``POST /logs/``,
+  and the filter and count endpoints. The contract test (tests/test_recording.py) runs the
+  same calls through Prefect's own task engine and compares what the API returns; the
+  Prefect range in pyproject.toml is what it passed on.
+- The built-in server (`local_server`): the class Prefect starts it with
+  (`SubprocessASGIServer`, in `SERVER_MODULE`, loaded on first use: importing it imports the
+  whole server application), the registry of its instances Prefect looks it up in, the
+  application factory its process runs and the settings that process expects.
+- A log record's ``send_to_api`` attribute, which Prefect's API log handler heeds.
+- The server's database interface, to migrate a new database and register block types
+  before several API processes start on it (`PREPARE_DATABASE`, run as a script).
+
+tests/test_local_server.py and tests/test_stack.py run these against real servers.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prefect.server.api.server import SubprocessASGIServer
+
+#: Prefect's server application; imported only to start a server (~3 s).
+SERVER_MODULE = "prefect.server.api.server"
 
 
 async def _post(client: Any, path: str, **kwargs: Any) -> Any:
@@ -63,3 +80,79 @@ def watch_responses(client: Any, hook: Callable[[Any], None]) -> None:
         hook(response)
 
     client._client.event_hooks["response"].append(seen)
+
+
+# -- the built-in server ------------------------------------------------------------------
+
+
+def _server_class() -> type[SubprocessASGIServer]:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    return SubprocessASGIServer
+
+
+def __getattr__(name: str) -> Any:
+    """`SubprocessASGIServer`, from `SERVER_MODULE` when first asked for."""
+    if name == "SubprocessASGIServer":
+        return _server_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def built_in_server() -> SubprocessASGIServer | None:
+    """The instance Prefect uses for its built-in server, if one exists (none before
+    `SERVER_MODULE` is loaded)."""
+    if SERVER_MODULE not in sys.modules:
+        return None
+    return _server_class()._instances.get(None)
+
+
+def forget_built_in_server(server: SubprocessASGIServer) -> None:
+    """Prefect makes a new instance for its next built-in server (if ``server`` is its
+    current one)."""
+    instances = _server_class()._instances
+    if instances.get(None) is server:
+        del instances[None]
+
+
+def server_command(port: int) -> list[str]:
+    """The command of a server process: Prefect's application under uvicorn (what
+    `SubprocessASGIServer` and ``prefect server start`` run), no UI, on 127.0.0.1."""
+    import prefect
+
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+            "--factory", f"{SERVER_MODULE}:create_app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+
+
+#: What the built-in server's process is told about itself, as `SubprocessASGIServer`
+#: tells it: it is ephemeral, and its application the last one the process makes (Prefect
+#: then frees what it kept for another).
+BUILT_IN_SERVER_ENV = {"PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+
+
+# -- logs --------------------------------------------------------------------------------
+
+
+def keep_from_api(record: logging.LogRecord) -> None:
+    """Prefect's API log handler does not send ``record`` (this package sends it, attached
+    to the call's task run)."""
+    record.send_to_api = False
+
+
+# -- the server's database ---------------------------------------------------------------
+
+#: Migrations and block registration, once, before the API processes start: several
+#: processes doing both at start-up on a new database race (and block registration stalls).
+PREPARE_DATABASE = """
+import asyncio
+from prefect.server.database import provide_database_interface
+from prefect.server.models.block_registration import run_block_auto_registration
+
+async def main():
+    db = provide_database_interface()
+    await db.create_db()
+    async with await db.session() as session:
+        await run_block_auto_registration(session=session)
+
+asyncio.run(main())
+"""

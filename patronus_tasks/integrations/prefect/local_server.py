@@ -1,7 +1,7 @@
 """Prefect's built-in server, started so that a fresh machine meets it and nothing outlives it.
 
 With no ``PREFECT_API_URL``, Prefect starts a private server process for the first API
-call of a process (`prefect.server.api.server.SubprocessASGIServer`). Three things about
+call of a process (`internal.SubprocessASGIServer`). Three things about
 its own start-up fail on a fresh 2-core machine: it waits 20 s, and a new database takes
 ~19 s of migrations; each thread that asks during a failed start spawns another process,
 and all but the last outlive the caller; and its processes inherit the caller's pipes.
@@ -24,18 +24,18 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import get_current_settings
 
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import background as _background
+from patronus_tasks.integrations.prefect import internal
+from patronus_tasks.integrations.prefect.internal import SubprocessASGIServer
 from patronus_tasks.settings import (
     BUILT_IN_SERVER_OFF,
     PERSISTER_SETTING,
@@ -83,7 +83,7 @@ def server_env() -> dict[str, str]:
     database among them)."""
     env = {**SERVER_DEFAULTS, **BUILT_IN_SERVER_OFF, **os.environ}
     env.update(get_current_settings().to_environment_variables(exclude_unset=True))
-    env.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
+    env.update(PREFECT_UI_ENABLED="0", **internal.BUILT_IN_SERVER_ENV)
     return env
 
 
@@ -112,8 +112,8 @@ class LocalServer(SubprocessASGIServer):
     def _spawn_until_up(self, wait: float) -> None:
         deadline = time.monotonic() + wait
         while True:
-            self.port = self.find_available_port()
-            self.server_process = self._spawn()
+            port = self.port = self.find_available_port()
+            self.server_process = self._spawn(port)
             code = self._wait_healthy(deadline)
             if code is None:
                 _lower_priority(self.server_process.pid)
@@ -122,7 +122,7 @@ class LocalServer(SubprocessASGIServer):
             if code != _PORT_IN_USE or time.monotonic() >= deadline:
                 raise ExperimentError(self._failure(wait, code))
 
-    def _spawn(self) -> subprocess.Popen[Any]:
+    def _spawn(self, port: int) -> subprocess.Popen[Any]:
         """The server process, started from a thread that lives as long as it does (the
         child's death signal follows the thread that started it, not the process)."""
         started: list[subprocess.Popen[Any]] = []
@@ -133,8 +133,9 @@ class LocalServer(SubprocessASGIServer):
         def keeper() -> None:
             with log.open("ab") as out:
                 proc = subprocess.Popen(
-                    self._command(), env=server_env(), stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                    internal.server_command(port), env=server_env(),
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent)
             started.append(proc)
             ready.set()
             proc.wait()
@@ -142,13 +143,6 @@ class LocalServer(SubprocessASGIServer):
         threading.Thread(target=keeper, name="prefect-built-in-server", daemon=True).start()
         ready.wait()
         return started[0]
-
-    def _command(self) -> list[str]:
-        import prefect
-
-        return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-                "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                "--port", str(self.port), "--log-level", "error", "--lifespan", "on"]
 
     @property
     def log_path(self) -> Path:
@@ -193,19 +187,18 @@ class LocalServer(SubprocessASGIServer):
         with self._lock:
             self._kill()
             self.running = False
-            if SubprocessASGIServer._instances.get(None) is self:
-                del SubprocessASGIServer._instances[None]
+            internal.forget_built_in_server(self)
         install()  # a later call in this process starts a server again
 
 
 def install() -> None:
     """Make `LocalServer` the instance Prefect uses for its built-in server, unless one
     already exists (a running server, or a test harness's)."""
-    if None not in SubprocessASGIServer._instances:
+    if internal.built_in_server() is None:
         LocalServer(None)
 
 
 def built_in() -> LocalServer | None:
     """This process's built-in server, if it runs one."""
-    found = SubprocessASGIServer._instances.get(None)
+    found = internal.built_in_server()
     return found if isinstance(found, LocalServer) and found.running else None

@@ -6,7 +6,7 @@ experiment can return with its results while Prefect catches up. A batch counts 
 server holds it (`backlog`); what it lost of a batch (its broker's limit, a restart) is
 sent again, under new event ids, until it does.
 
-Flow control: at most `MAX_AHEAD` events posted and not yet recorded (the broker drops
+Flow control: at most `Limits.max_ahead` events posted and not yet recorded (the broker drops
 events past 10,000 queued per consumer); ``share`` recorders posting to one server at once
 (Dask batches) keep a ``share``-th of that each. The rest wait here, serialised (~1 KB
 each), up to `MAX_BUFFERED_BYTES`; past that, calls wait (rows then go no faster than the
@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prefect.client.orchestration import get_client
@@ -52,10 +53,10 @@ _POLL_SECONDS = 0.5
 #: that restarted at the end of a run lost them, and nothing posted later shows the gap),
 #: then after twice as long each time (they go under new ids: a server merely slow would
 #: get them twice); with nothing recorded for `GIVE_UP_SECONDS`, count them lost.
-_STALL_SECONDS, GIVE_UP_SECONDS = 15.0, 300.0
+STALL_SECONDS, GIVE_UP_SECONDS = 15.0, 300.0
 #: How long the event persister may store nothing while the task-run recorder takes
 #: events, before it is taken to be switched off (three of its default flush intervals).
-_PERSISTER_GRACE_SECONDS = 15.0
+PERSISTER_GRACE_SECONDS = 15.0
 #: Step log records waiting to be sent, at most (more are dropped, and counted).
 MAX_LOGS = 10_000
 _LOG_BATCH, _LOG_CHARS = 1_000, 10_000
@@ -70,6 +71,17 @@ _AGAIN, _ROWS, _EVALUATORS = 0, 1, 2  # the recorder's queues, in the order they
 _MIN_SPLIT = 25
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A recorder's bounds and patience (the constants above; tests give smaller ones)."""
+
+    max_ahead: int = MAX_AHEAD
+    max_logs: int = MAX_LOGS
+    stall_seconds: float = STALL_SECONDS
+    give_up_seconds: float = GIVE_UP_SECONDS
+    persister_grace_seconds: float = PERSISTER_GRACE_SECONDS
+
+
 class TaskRunRecorder:
     """Events of one flow run's calls, on their way to the Prefect server.
 
@@ -79,8 +91,9 @@ class TaskRunRecorder:
 
     def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None,
                  share: int = 1, on_progress: Callable[[TaskRunRecorder], None] | None = None,
-                 label: str = "", persisting: bool = True) -> None:
+                 label: str = "", persisting: bool = True, limits: Limits = Limits()) -> None:
         self.flow_run_id, self.label = flow_run_id, label
+        self.limits = limits
         self.run_key = flow_run_id  # the calls' task-run ids derive from it (`calls`)
         self.format = EventFormat(flow_run_id, tags, parent_task_run_id)
         self.share = max(1, share)  # recorders posting to the server at once, this one included
@@ -117,9 +130,9 @@ class TaskRunRecorder:
         self._push(queue, self.format.event(call, state, run_count, end, end), final=True)
 
     def log(self, record: dict[str, Any]) -> None:
-        """A log record of a call (bounded: past `MAX_LOGS` waiting, it is dropped)."""
+        """A log record of a call (bounded: past `Limits.max_logs` waiting, it is dropped)."""
         with self._lock:
-            if len(self._logs) >= MAX_LOGS:
+            if len(self._logs) >= self.limits.max_logs:
                 self.logs_dropped += 1
                 return
             record["message"] = record["message"][:_LOG_CHARS]
@@ -198,7 +211,7 @@ class TaskRunRecorder:
     @property
     def max_ahead(self) -> int:
         """Events this recorder may have posted and not yet recorded: its share."""
-        return max(1, MAX_AHEAD // self.share)
+        return max(1, self.limits.max_ahead // self.share)
 
     def _batch_size(self) -> int:
         return min(_BATCH_EVENTS, self.max_ahead)
@@ -218,7 +231,7 @@ class TaskRunRecorder:
         finally:
             if self.logs_dropped:
                 logger.warning("%d log records of calls were dropped: more than %d waited to be "
-                               "sent to Prefect", self.logs_dropped, MAX_LOGS)
+                               "sent to Prefect", self.logs_dropped, self.limits.max_logs)
             # The last note (the manifest's "complete") before anyone waiting goes on: a
             # process exiting then would cut it off (on object storage, pyarrow's S3 ends
             # at exit and the write fails).
@@ -272,7 +285,7 @@ class _Poster:
     def __init__(self, recorder: TaskRunRecorder, client: Any) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
-        self.stall_after, self.stalls = _STALL_SECONDS, 0  # stall resends since progress
+        self.stall_after, self.stalls = recorder.limits.stall_seconds, 0  # resends since progress
         self.waiting_since = time.monotonic()  # the server's last progress, or no backlog
         self.recorded = 0
 
@@ -342,7 +355,7 @@ class _Poster:
         self.checked = now
         try:
             lost = await r.backlog.refresh(self.client, persister_off_after=r.max_ahead,
-                                           grace=_PERSISTER_GRACE_SECONDS)
+                                           grace=r.limits.persister_grace_seconds)
         except Exception as exc:
             self._warn(f"could not read what Prefect recorded (will retry): {_brief(exc)}")
             limited = RateLimited.of(exc)
@@ -365,7 +378,7 @@ class _Poster:
         r = self.r
         if r.recorded > self.recorded or not r._outstanding():
             self.recorded, self.waiting_since = r.recorded, now
-            self.stall_after, self.stalls = _STALL_SECONDS, 0
+            self.stall_after, self.stalls = r.limits.stall_seconds, 0
         stalled = now - max(self.waiting_since, self.resent) > self.stall_after
         if stalled and r.backlog.posted:
             logger.warning("Prefect recorded none of %d pending task-run events for %.0f s; "
@@ -382,7 +395,7 @@ class _Poster:
 
     def _given_up(self) -> bool:
         r = self.r
-        if time.monotonic() - self.waiting_since < GIVE_UP_SECONDS:
+        if time.monotonic() - self.waiting_since < r.limits.give_up_seconds:
             return False
         r.lost = r.expected - r.recorded
         logger.error("Prefect recorded none of this experiment's task runs for %.0f s: %d of %d "

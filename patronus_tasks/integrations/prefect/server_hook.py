@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-SERVER_MODULE = "prefect.server.api.server"
+from patronus_tasks.integrations.prefect.internal import SERVER_MODULE
 
 
 class _InstallAfter(importlib.abc.Loader):

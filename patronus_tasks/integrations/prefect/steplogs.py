@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from patronus_tasks.integrations.prefect import internal
+
 
 class LogSink(Protocol):
     def log(self, record: dict[str, Any]) -> None: ...
@@ -49,7 +51,7 @@ class _OursOnly(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if CURRENT.get() is not None:
-            record.send_to_api = False
+            internal.keep_from_api(record)
         return True
 
 

@@ -12,28 +12,12 @@ from pathlib import Path
 import httpx
 
 from patronus_tasks.exceptions import ExperimentError
+from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.settings import SERVER_DEFAULTS, redis_settings
 
 from .processes import Proc, spawn, wait_for
 
 POOL = "local-process"
-
-#: Migrations and block registration, once, before the API processes start: several
-#: processes doing both at start-up on a new database race (and block registration stalls).
-_PREPARE = """
-import asyncio
-from prefect.server.database import provide_database_interface
-from prefect.server.models.block_registration import run_block_auto_registration
-
-async def main():
-    db = provide_database_interface()
-    await db.create_db()
-    async with await db.session() as session:
-        await run_block_auto_registration(session=session)
-
-asyncio.run(main())
-"""
-
 
 def server_env(home: Path, database_url: str | None, redis_url: str | None) -> dict[str, str]:
     """The environment of the server processes: the settings for many task runs (where
@@ -66,7 +50,8 @@ def run(args: list[str], env: dict[str, str], cwd: Path, what: str = "") -> None
 
 def prepare(env: dict[str, str], cwd: Path) -> None:
     """Migrate the database and register Prefect's block types."""
-    run([sys.executable, "-c", _PREPARE], env, cwd, "migrating the Prefect database")
+    run([sys.executable, "-c", internal.PREPARE_DATABASE], env, cwd,
+        "migrating the Prefect database")
 
 
 def start_api(home: Path, env: dict[str, str], port: int, processes: int,

@@ -1,4 +1,5 @@
-"""Steps defined in a user module, for the Dask tests: they must travel to workers."""
+"""The steps several tests run, in a module of their own (Dask sends steps to its workers
+by reference: they must be importable there)."""
 
 import asyncio
 import os
@@ -16,22 +17,28 @@ def said_row(task_result: TaskResult, row: Row) -> bool:
     return task_result.evaluated_model_output == f"row {row.sid}"
 
 
-# -- one experiment on every backend (test_backends.py): retries, timeouts, `None`, errors,
-# -- a chained task reading its parent. Attempts are counted per process, keyed by the run.
+# -- one chain of every kind of call (test_backends.py on every backend, test_recording.py
+# -- against Prefect's own engine): retries, a timeout, `None`, errors, a chained task
+# -- reading its parent. A row's `kind` says what its task does; `run` keys its attempts
+# -- (counted per process).
 ATTEMPTS: dict[str, int] = {}
+
+
+def respond(kind: str, text: str, key: str) -> TaskResult | None:
+    """What `answer` does for a row of ``kind`` (its attempts counted under ``key``)."""
+    ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
+    if kind == "flaky" and ATTEMPTS[key] < 2:
+        raise ConnectionError("flaky model")
+    if kind == "broken":
+        raise ValueError("always broken")
+    if kind == "skip":
+        return None
+    return TaskResult(evaluated_model_output=text.upper(), tags={"kind": kind})
 
 
 @task(retries=2, retry_delay_seconds=0)
 def answer(row: Row) -> TaskResult | None:
-    key = f"{row.run}:{row.sid}"
-    ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
-    if row.kind == "flaky" and ATTEMPTS[key] < 2:
-        raise ConnectionError("flaky model")
-    if row.kind == "broken":
-        raise ValueError("always broken")
-    if row.kind == "skip":
-        return None
-    return TaskResult(evaluated_model_output=row.text.upper(), tags={"kind": row.kind})
+    return respond(row.kind, row.text, f"{row.run}:{row.sid}")
 
 
 @evaluator(timeout_seconds=0.5)
