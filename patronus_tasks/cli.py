@@ -187,9 +187,8 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        errors = (m.get("task_errors") or 0) + (m.get("evaluator_errors") or 0)
-        typer.echo(f"{e.project}/{e.location.name}  {str(m.get('started_at', ''))[:19]}  "
-                   f"{m.get('status', '?')}  rows={m.get('rows', '?')}  errors={errors}  "
+        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  "
+                   f"rows={m.rows}  errors={m.task_errors + m.evaluator_errors}  "
                    f"{_pass_rates(e)}")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import multiprocessing
 import sys
 import uuid
@@ -23,6 +22,8 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.cache import Cache, CallCache, cache_setting, open_cache
 from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import Manifest
+from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
 from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
@@ -142,8 +143,11 @@ def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
     return found
 
 
-def _manifest_of(path: Location) -> dict[str, Any]:
-    return dict(json.loads((path / _parquet.MANIFEST_FILE).read_text()))
+def _manifest_of(path: Location) -> Manifest:
+    manifest = read_manifest(path)
+    if manifest is None:  # its folder held one when it was found
+        raise ConfigError(f"the manifest.json in {path} is gone; run it as a new experiment.")
+    return manifest
 
 
 def _to_resume(root: Location, project: str, name: str,
@@ -152,7 +156,7 @@ def _to_resume(root: Location, project: str, name: str,
     if experiment_id is None:
         return runs[-1] if runs else None
     for path in runs:
-        if _manifest_of(path).get("experiment_id") == experiment_id:
+        if _manifest_of(path).experiment_id == experiment_id:
             return path
     raise ConfigError(f"no experiment with id {experiment_id!r} named {name!r} in project "
                       f"{project!r} under {root}; check the id (manifest.json) and the name.")
@@ -160,18 +164,18 @@ def _to_resume(root: Location, project: str, name: str,
 
 def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> ExperimentSpec:
     manifest = _manifest_of(path)
-    previous = (manifest.get("dataset") or {}).get("sha256")
+    previous = manifest.dataset.sha256
     if previous and previous != spec.dataset.content_hash():
         raise ConfigError(
             f"the dataset changed since the run in {path} (content hash differs): resuming "
             "would mix results of different data. Run it as a new experiment instead.")
-    if int(manifest.get("repeats") or 1) != spec.repeats:
+    if manifest.repeats != spec.repeats:
         raise ConfigError(
-            f"the run in {path} ran every row {manifest.get('repeats') or 1} time(s), this one "
+            f"the run in {path} ran every row {manifest.repeats} time(s), this one "
             f"asks for repeats={spec.repeats}: resuming would mix them. Resume with "
-            f"repeats={manifest.get('repeats') or 1}, or run it as a new experiment.")
+            f"repeats={manifest.repeats}, or run it as a new experiment.")
     spec.out_dir, spec.replay = path, replay
-    spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
+    spec.experiment_id = manifest.experiment_id or spec.experiment_id
     return spec
 
 

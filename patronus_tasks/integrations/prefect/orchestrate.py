@@ -22,8 +22,9 @@ from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect import steplogs as _steplogs
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, ParentRun
 from patronus_tasks.integrations.prefect.recording import Recording, open_recording
+from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import ManifestFile, RunTotals, execute, gate_failures
+from patronus_tasks.run.execute import RunTotals, execute, gate_failures
 from patronus_tasks.run.spec import ExperimentSpec
 
 logger = logging.getLogger("patronus_tasks")

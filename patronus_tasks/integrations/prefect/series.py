@@ -198,7 +198,7 @@ HISTORY_ROWS = 60
 
 def history_row(this: Experiment, summary: Summary, comparison: Comparison | str) -> dict[str, Any]:
     """This run as one row of its series' history: when, what, each evaluator's figure."""
-    row: dict[str, Any] = {"started": str(this.manifest.get("started_at", ""))[:16].replace("T", " "),
+    row: dict[str, Any] = {"started": this.manifest.started_at[:16].replace("T", " "),
                            "experiment": this.name, "rows": summary.samples}
     for s in summary.evaluators:
         name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator
