@@ -24,6 +24,7 @@ import pyarrow as pa
 from prefect import task as prefect_task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
+from prefect.task_runners import TaskRunner
 
 from patronus_tasks.define.dataset import Dataset
 from patronus_tasks.exceptions import ConfigError
@@ -34,6 +35,7 @@ from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.records import Record
 from patronus_tasks.record.resume import Replay
 from patronus_tasks.run.execute import RunTotals
+from patronus_tasks.run.options import TaskRunnerOption
 from patronus_tasks.run.spec import ExperimentSpec
 from patronus_tasks.run.threads import DaemonThreadPool
 
@@ -41,7 +43,7 @@ logger = logging.getLogger("patronus_tasks")
 BATCHES_PER_WORKER = 4
 
 
-def make_task_runner(task_runner: Any, address: str | None) -> Any:
+def make_task_runner(task_runner: TaskRunnerOption, address: str | None) -> TaskRunner[Any]:
     """``"dask"`` as a `DaskTaskRunner` (a local cluster, or the scheduler at ``address``)."""
     if task_runner != "dask":
         return task_runner

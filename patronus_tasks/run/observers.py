@@ -13,15 +13,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # both import this module
+    from patronus_tasks.record.records import Record
+    from patronus_tasks.results.experiment import Experiment
+    from patronus_tasks.run.spec import ExperimentSpec
 
 
 @dataclass(frozen=True)
 class Observers:
     """``on_row(spec, rows_done)`` after each row; ``on_finished(experiment)`` at the end."""
 
-    on_row: Callable[[Any, int], None] | None = None
-    on_finished: Callable[[Any], None] | None = None
+    on_row: Callable[[ExperimentSpec, int], None] | None = None
+    on_finished: Callable[[Experiment], None] | None = None
 
 
 _CURRENT: ContextVar[tuple[Observers, ...]] = ContextVar("patronus_tasks_observers", default=())
@@ -53,10 +58,10 @@ class Reporter(Protocol):
 
     name: str
 
-    async def start(self, spec: Any) -> None: ...
+    async def start(self, spec: ExperimentSpec) -> None: ...
 
-    async def add(self, records: list[Any]) -> None: ...
+    async def add(self, records: list[Record]) -> None: ...
 
-    async def finish(self) -> dict[str, Any]: ...
+    async def finish(self) -> dict[str, Any]: ...  # JSON: the manifest's ``reports[name]``
 
     def cancel(self) -> None: ...

@@ -8,7 +8,7 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from typing_extensions import Unpack
 
@@ -26,8 +26,12 @@ from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
-from patronus_tasks.run.options import Backend, ExperimentOptions, pick_data, resolved
+from patronus_tasks.run.observers import Reporter
+from patronus_tasks.run.options import Backend, ExperimentOptions, TaskRunnerOption, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
+
+if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
 
 #: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
 #: ``"local"`` (in this process, no Prefect), ``"dask"`` (batches on Dask workers), or any
@@ -53,12 +57,12 @@ class ExperimentSpec:
     replay: ReplayMode = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
-    task_runner: Any = None  # with backend "batches": "dask" or a Prefect TaskRunner
+    task_runner: TaskRunnerOption | None = None  # with backend "batches"
     dask_address: str | None = None
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
-    reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
+    reporters: tuple[Reporter, ...] = ()  # the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them
     repeats: int = 1  # runs of every row
@@ -179,26 +183,28 @@ def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> Experi
     return spec
 
 
-def _backend(backend: Backend, dask_address: str | None) -> tuple[str, Any]:
+def _backend(backend: Backend, dask_address: str | None) -> tuple[str, TaskRunnerOption | None]:
     """``backend`` resolved once: its kind, and the task runner batches go through."""
     if dask_address is not None and backend != "dask":
         raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
     if backend in ("prefect", "local"):
         return backend, None
-    if backend == "dask" or _is_task_runner(backend):
-        _check_batches(backend)
-        return "batches", backend
+    runner: TaskRunnerOption | None = "dask" if backend == "dask" else \
+        backend if _is_task_runner(backend) else None
+    if runner is not None:
+        _check_batches(runner)
+        return "batches", runner
     raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Prefect "
                       f"TaskRunner, not {backend!r}.")
 
 
-def _is_task_runner(value: Any) -> bool:
+def _is_task_runner(value: object) -> TypeGuard[TaskRunner[Any]]:
     from prefect.task_runners import TaskRunner
 
     return isinstance(value, TaskRunner)
 
 
-def _check_batches(backend: Any) -> None:
+def _check_batches(backend: TaskRunnerOption) -> None:
     """Batches on other processes need prefect-dask (for "dask") and a server they reach."""
     is_dask = backend == "dask" or type(backend).__module__.startswith("prefect_dask")
     if backend == "dask":

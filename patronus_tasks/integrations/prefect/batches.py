@@ -13,6 +13,7 @@ from typing import Any
 from prefect.client.orchestration import get_client
 from prefect.logging import get_run_logger
 from prefect.states import State
+from prefect.task_runners import TaskRunner
 
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.integrations.prefect import flowruns, postrun
@@ -25,9 +26,10 @@ from patronus_tasks.run.runner import LocalStepRunner
 from patronus_tasks.run.spec import ExperimentSpec
 
 
-def _task_runner(spec: ExperimentSpec) -> Any:
+def _task_runner(spec: ExperimentSpec) -> TaskRunner[Any]:
     from patronus_tasks.integrations.dask import make_task_runner
 
+    assert spec.task_runner is not None, "backend 'batches' runs on a task runner"
     return make_task_runner(spec.task_runner, spec.dask_address)
 
 

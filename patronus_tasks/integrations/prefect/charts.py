@@ -16,7 +16,7 @@ import base64
 import datetime as dt
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import MarkdownArtifact
 
@@ -34,6 +34,9 @@ from patronus_tasks.report.build import report_after_run
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
 
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
@@ -116,7 +119,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
 
 
 async def publish_to_parent(parent: str, title: str, summary: Summary, markdown: str,
-                            client: Any) -> None:
+                            client: PrefectClient) -> None:
     """The figures on the parent flow run: an artifact (its Artifacts tab) and log lines
     (its Logs tab, where a deployment's run opens)."""
     from prefect.client.schemas.actions import ArtifactCreate, LogCreate

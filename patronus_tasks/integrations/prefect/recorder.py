@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
@@ -39,6 +39,9 @@ from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
 
 logger = logging.getLogger("patronus_tasks.records")
 _BATCH_EVENTS, _FLUSH_SECONDS = 500, 0.25
@@ -269,7 +272,7 @@ class TaskRunRecorder:
 class _Poster:
     """The loop posting one recorder's events and checking what the server recorded."""
 
-    def __init__(self, recorder: TaskRunRecorder, client: Any) -> None:
+    def __init__(self, recorder: TaskRunRecorder, client: PrefectClient) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
         self.stall_after, self.stalls = _STALL_SECONDS, 0  # stall resends since progress

@@ -34,6 +34,8 @@ from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progr
 from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
 
 if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+
     from patronus_tasks.integrations.prefect import postrun
 
 logger = logging.getLogger("patronus_tasks.records")
@@ -192,7 +194,7 @@ class Session:
             self.service.tell("done", self.o.key, progress)
             self.finished.set()
 
-    async def _verdict(self, client: Any, closing: Closing) -> postrun.Verdict:
+    async def _verdict(self, client: PrefectClient, closing: Closing) -> postrun.Verdict:
         postrun = await _postrun()
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
@@ -211,7 +213,7 @@ class Session:
         self.service.tell("verdict", self.o.key, verdict.failures)
         return verdict
 
-    def _publishing(self, client: Any) -> postrun.Publishing:
+    def _publishing(self, client: PrefectClient) -> postrun.Publishing:
         from patronus_tasks.integrations.prefect import artifacts as _artifacts
         from patronus_tasks.integrations.prefect import postrun
 
@@ -221,7 +223,7 @@ class Session:
                                   self.series, self.o.title, self.o.out_dir, parent,
                                   self.o.html_report)
 
-    async def _settle(self, client: Any, closing: Closing, verdict: postrun.Verdict) -> None:
+    async def _settle(self, client: PrefectClient, closing: Closing, verdict: postrun.Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None
         lines = list(verdict.lines)
         if self.o.record != "all":

@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import patronus_tasks
 from patronus_tasks.integrations.prefect import background as _background
@@ -39,6 +39,9 @@ from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.events import Call, State
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
+
+if TYPE_CHECKING:
+    from patronus_tasks.run.execute import RunTotals
 
 logger = logging.getLogger("patronus_tasks.records")
 #: Calls waiting to be sent to the recorder process, at most: past it, rows wait.
@@ -64,7 +67,7 @@ class Recording:
         self.flow_run_id: str | None = None
         self.flow_run_url: str | None = None
         self.series: str | None = None  # the series it is compared in, once known
-        self.tally: Any = None  # the rows' totals (``rows``), for the progress artifact
+        self.tally: RunTotals | None = None  # the rows' totals, for the progress artifact
         self.verdict: list[str] | None = None  # gates that failed, said once published
         self._verdict_said = threading.Event()
         self._done = threading.Event()
@@ -73,7 +76,7 @@ class Recording:
 
     @property
     def rows_done(self) -> int:
-        return int(self.tally.rows) if self.tally is not None else 0
+        return self.tally.rows if self.tally is not None else 0
 
     def running(self, call: Call, run_count: int) -> None:
         self.process.queue.append(("i", self.key, ("running", call, run_count)))

@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import MarkdownArtifact, TableArtifact
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -29,6 +29,9 @@ from patronus_tasks.integrations.prefect.artifacts import (
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
 
 logger = logging.getLogger("patronus_tasks")
 #: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
@@ -54,7 +57,7 @@ def _of_series(artifact: Any, series: str) -> bool:
     return said is None or said.group(1) == series  # a link from before says no series
 
 
-async def previous_run(series: str, client: Any) -> PreviousRun | None:
+async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
     found = await client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
