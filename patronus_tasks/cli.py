@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from patronus_tasks.results.gates import failed_gates, failed_metric_gates, pars
 from patronus_tasks.results.store import list_experiments, load_experiment
 from patronus_tasks.run.observers import Observers, observing
 from patronus_tasks.run.spec import ExperimentSpec
+
+if TYPE_CHECKING:  # the server commands import Prefect's stack when run
+    from patronus_tasks.integrations.prefect.stack import ProcStatus
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
@@ -331,7 +334,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
 
 
-def _print_status(rows: list[Any]) -> None:
+def _print_status(rows: list[ProcStatus]) -> None:
     for row in rows:
         pid = "-" if row.pid is None else str(row.pid)
         state = ("running" if row.running else "stopped") if row.pid is not None else \

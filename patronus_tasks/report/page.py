@@ -22,7 +22,7 @@ from patronus_tasks.report.rows import counted_columns, packed, table_data
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
-from patronus_tasks.results.summary import Summary, metric_text
+from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import usage_rows
 
 #: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
@@ -82,7 +82,7 @@ def header(r: ReportInput) -> str:
     return f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1><div class=facts>{shown}</div>"
 
 
-def _rate_cell(s: Any) -> str:
+def _rate_cell(s: EvaluatorStats) -> str:
     if s.pass_rate is None:
         return ""
     lo, hi = charts.wilson(s.passed, s.verdicts + s.errors)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine
+from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 from prefect.client.orchestration import get_client
@@ -292,7 +293,7 @@ def _say_built_in_server() -> None:
         print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
 
 
-async def _postrun() -> Any:
+async def _postrun() -> ModuleType:
     """The post-run module (pandas, pyarrow, matplotlib: ~1.5 s of imports), loaded in a
     thread when first needed: the records of other experiments go on meanwhile."""
     return await asyncio.to_thread(importlib.import_module,
