@@ -135,7 +135,7 @@ async def publish_to_parent(parent: str, title: str, summary: Summary, markdown:
 
 def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
           history: list[dict[str, Any]], html_report: bool,
-          flow_run_id: str) -> tuple[str, str, Any]:
+          flow_run_id: str) -> tuple[str, str, Path | Location | None]:
     """The report file and both markdowns, each chart drawn once (CPU work: run off the
     event loop)."""
     compared = comparison if isinstance(comparison, Comparison) else None

@@ -32,6 +32,7 @@ from patronus_tasks.results.summary import Summary
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.objects import Artifact as ArtifactResponse
 
 logger = logging.getLogger("patronus_tasks")
 #: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
@@ -52,7 +53,7 @@ class PreviousRun:
 LINKS_READ = 20
 
 
-def _of_series(artifact: Any, series: str) -> bool:
+def _of_series(artifact: ArtifactResponse, series: str) -> bool:
     said = re.search(r"\(series (.*)\)$", artifact.description or "")
     return said is None or said.group(1) == series  # a link from before says no series
 
