@@ -45,9 +45,8 @@ def main() -> None:
     returned = time.perf_counter()
     out = {"mode": mode, "call": returned - start}
     if mode == "prefect":
-        while not exp.manifest.get("flow_run_id"):
+        while not (flow_run := exp.manifest.flow_run_id):
             time.sleep(0.01)
-        flow_run = exp.manifest["flow_run_id"]
         while asyncio.run(_count(flow_run)) < 2 * ROWS:
             time.sleep(0.05)
         out["visible"] = time.perf_counter() - returned
