@@ -31,7 +31,14 @@ from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import flowruns, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.progress import ProgressArtifact
-from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
+from patronus_tasks.integrations.prefect.protocol import (
+    CallItem,
+    Closing,
+    FromRecorder,
+    Opening,
+    Progress,
+    ToRecorder,
+)
 from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
 
 if TYPE_CHECKING:
@@ -58,13 +65,13 @@ class Service:
         self.orphan = False  # the experiment's process is gone
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def tell(self, kind: str, key: str, body: Any) -> None:
+    def tell(self, message: FromRecorder) -> None:
         """Answer the experiment's process (gone: nobody is listening, the work goes on)."""
         with self._lock:
             if self.orphan:
                 return
             try:
-                write_frame(self.answers, (kind, key, body))
+                write_frame(self.answers, message)
             except (OSError, ValueError):
                 self.orphan = True
 
@@ -75,18 +82,17 @@ class Service:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def take(self, message: tuple[Any, ...]) -> None:
+    def take(self, message: ToRecorder) -> None:
         """A message from the experiment's process (on the background loop)."""
-        kind = message[0]
-        if kind == "open":
+        if message[0] == "open":
             session = self.sessions[message[1].key] = Session(self, message[1])
             session.begin()
-        elif kind == "calls":
+        elif message[0] == "calls":
             for key, item in message[1]:
                 self.sessions[key].take(item)
             for key, rows in message[2].items():
                 self.sessions[key].rows_done = rows
-        elif kind == "close":
+        elif message[0] == "close":
             self.sessions[message[1].key].end(message[1])
 
     def orphaned(self) -> None:
@@ -108,7 +114,7 @@ class Session:
 
     def __init__(self, service: Service, opening: Opening) -> None:
         self.service, self.o = service, opening
-        self.waiting: list[tuple[Any, ...]] = []  # calls before the flow run exists
+        self.waiting: list[CallItem] = []  # calls before the flow run exists
         self.recorder: TaskRunRecorder | None = None
         self.flow_run_id: str | None = None
         self.parent_task_run: str | None = None
@@ -135,18 +141,18 @@ class Session:
         for item in self.waiting:
             self._feed(item)
         self.waiting = []
-        self.service.tell("flow_run", self.o.key,
-                          (self.flow_run_id, _url(self.flow_run_id), self.series))
+        self.service.tell(("flow_run", self.o.key,
+                           (self.flow_run_id, _url(self.flow_run_id), self.series)))
         self.service.start(self._show_progress())
 
-    def take(self, item: tuple[Any, ...]) -> None:
+    def take(self, item: CallItem) -> None:
         self.calls += item[0] == "finished"
         if self.recorder is None:
             self.waiting.append(item)
         else:
             self._feed(item)
 
-    def _feed(self, item: tuple[Any, ...]) -> None:
+    def _feed(self, item: CallItem) -> None:
         assert self.recorder is not None
         if item[0] == "finished":
             self.recorder.finished(*item[1:])
@@ -159,7 +165,7 @@ class Session:
         return self.recorder.buffered if self.recorder is not None else 1_000 * len(self.waiting)
 
     def _progress(self, recorder: TaskRunRecorder) -> None:
-        self.service.tell("progress", self.o.key, _progress_of(recorder))
+        self.service.tell(("progress", self.o.key, _progress_of(recorder)))
 
     async def _show_progress(self) -> None:
         assert self.flow_run_id is not None
@@ -181,7 +187,7 @@ class Session:
         await self._opened
         try:
             if self.recorder is None or self.flow_run_id is None:
-                self.service.tell("verdict", self.o.key, [])
+                self.service.tell(("verdict", self.o.key, []))
                 return
             self.recorder.close()
             async with get_client() as client:
@@ -192,7 +198,7 @@ class Session:
             progress = _progress_of(self.recorder)
             if self.recorder is None:  # no flow run: none of its calls was recorded
                 progress.expected = progress.lost = self.calls
-            self.service.tell("done", self.o.key, progress)
+            self.service.tell(("done", self.o.key, progress))
             self.finished.set()
 
     async def _verdict(self, client: PrefectClient, closing: Closing) -> postrun.Verdict:
@@ -211,7 +217,7 @@ class Session:
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
                              " ".join(str(exc).split())[:300])
-        self.service.tell("verdict", self.o.key, verdict.failures)
+        self.service.tell(("verdict", self.o.key, verdict.failures))
         return verdict
 
     def _publishing(self, client: PrefectClient) -> postrun.Publishing:
@@ -339,7 +345,7 @@ def main() -> None:
     source = sys.stdin.buffer
     while True:
         try:
-            message = read_frame(source)
+            message: ToRecorder = read_frame(source)
         except EOFError:
             break
         if message[0] == "stop":
