@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -58,7 +59,7 @@ def _load(name: str, results_dir: str | None) -> Experiment:
         raise _usage(str(exc)) from None
 
 
-def _import_file(path: Path) -> Any:
+def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise _usage(f"{path}: no such file")
     from patronus_tasks.integrations.prefect import server_hook

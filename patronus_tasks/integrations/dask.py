@@ -17,6 +17,7 @@ import asyncio
 import logging
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,7 +142,7 @@ def _batches(spec: ExperimentSpec, flow_run_id: str, workers: int,
             for n, i in enumerate(starts)]
 
 
-def _replay_of(replay: Replay | None, sids: Any) -> Replay | None:
+def _replay_of(replay: Replay | None, sids: Iterable[object]) -> Replay | None:
     return None if replay is None else replay.of({str(s) for s in sids})
 
 

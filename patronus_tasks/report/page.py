@@ -52,7 +52,7 @@ class ReportInput:
         return drawn[name]
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 

@@ -186,7 +186,7 @@ def _link(who: Any, experiment_id: str) -> str:
     return f"{ui_url()}/experiments/{experiment_id}{query}"
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 

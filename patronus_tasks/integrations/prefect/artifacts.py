@@ -106,7 +106,7 @@ def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[s
     return row
 
 
-def _cell(value: Any, width: int = CELL_CHARS) -> str:
+def _cell(value: object, width: int = CELL_CHARS) -> str:
     text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
     text = " ".join(text.split()).replace("|", "\\|")
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -53,7 +53,7 @@ def picture(png: bytes | None, alt: str) -> list[str]:
     return [] if png is None else [f"![{alt}]({data_url(png)})", ""]
 
 
-def _figure(value: Any) -> float | None:
+def _figure(value: object) -> float | None:
     text = str(value or "").strip()
     try:
         if text.endswith("%"):
