@@ -26,8 +26,7 @@ from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
-from patronus_tasks.run.observers import Observers, observing
-from patronus_tasks.run.spec import ExperimentSpec
+from patronus_tasks.run.observers import Observers, RunFacts, observing
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
     from patronus_tasks.integrations.prefect.stack import ProcStatus
@@ -111,7 +110,7 @@ def _progress_bar() -> Iterator[list[Experiment]]:
     bars: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=False) as progress:
-        def on_row(spec: ExperimentSpec, done: int) -> None:
+        def on_row(spec: RunFacts, done: int) -> None:
             if spec.experiment_id not in bars:
                 bars[spec.experiment_id] = progress.add_task(spec.experiment_name,
                                                              total=len(spec.dataset))

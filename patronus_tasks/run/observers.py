@@ -15,17 +15,33 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # both import this module
+if TYPE_CHECKING:
+    from patronus_tasks.define.dataset import Dataset
     from patronus_tasks.record.records import Record
     from patronus_tasks.results.experiment import Experiment
-    from patronus_tasks.run.spec import ExperimentSpec
+
+
+class RunFacts(Protocol):
+    """What observers and reporters read of the experiment running (its `ExperimentSpec`,
+    which imports this module: hence a protocol)."""
+
+    @property
+    def project_name(self) -> str: ...
+    @property
+    def experiment_name(self) -> str: ...
+    @property
+    def experiment_id(self) -> str: ...
+    @property
+    def tags(self) -> dict[str, str]: ...
+    @property
+    def dataset(self) -> Dataset: ...
 
 
 @dataclass(frozen=True)
 class Observers:
     """``on_row(spec, rows_done)`` after each row; ``on_finished(experiment)`` at the end."""
 
-    on_row: Callable[[ExperimentSpec, int], None] | None = None
+    on_row: Callable[[RunFacts, int], None] | None = None
     on_finished: Callable[[Experiment], None] | None = None
 
 
@@ -58,7 +74,7 @@ class Reporter(Protocol):
 
     name: str
 
-    async def start(self, spec: ExperimentSpec) -> None: ...
+    async def start(self, spec: RunFacts) -> None: ...
 
     async def add(self, records: list[Record]) -> None: ...
 

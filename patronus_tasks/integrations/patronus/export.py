@@ -24,7 +24,7 @@ from patronus_tasks.integrations.patronus.evaluators import context_list
 from patronus_tasks.record.records import STATUS_OK, Record
 
 if TYPE_CHECKING:
-    from patronus_tasks.run.spec import ExperimentSpec
+    from patronus_tasks.run.observers import RunFacts
 
 logger = logging.getLogger("patronus_tasks.patronus")
 
@@ -54,14 +54,14 @@ class PatronusReporter:
         self.project_id: str | None = None
         self.experiment_id: str | None = None
         self.url: str | None = None
-        self._spec: ExperimentSpec | None = None
+        self._spec: RunFacts | None = None
         self._queue: asyncio.Queue[dict[str, Any]] | None = None
         self._consumer: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"PatronusReporter({self.endpoint!r}, experiment_id={self.experiment_id!r})"
 
-    async def start(self, spec: ExperimentSpec) -> None:
+    async def start(self, spec: RunFacts) -> None:
         self._spec = spec
         who, _ = await self.endpoint.request("GET", "/v1/whoami")
         project, _ = await self.endpoint.request(
