@@ -39,19 +39,22 @@ def read_manifest(out_dir: Path | Location) -> Manifest | None:
     location = Location.of(out_dir)
     path, results = location / _parquet.MANIFEST_FILE, location / _parquet.RESULTS_FILE
     if path.exists():
-        return _validated(path.read_bytes(), path)
+        return _validated(path.read_bytes(), path, "fix it, or remove it to read the one the "
+                          "results file keeps")
     meta = (results.read_schema().metadata or {}) if results.exists() else {}
-    return _validated(meta[_parquet.METADATA_KEY], results) if _parquet.METADATA_KEY in meta else None
+    if _parquet.METADATA_KEY not in meta:
+        return None
+    return _validated(meta[_parquet.METADATA_KEY], results, "its records are still readable (to_dataframe)")
 
 
-def _validated(text: bytes, where: Location) -> Manifest:
+def _validated(text: bytes, where: Location, fix: str) -> Manifest:
     try:
         return Manifest.model_validate_json(text)
     except ValidationError as exc:
         wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}"
                           for e in exc.errors(include_url=False))
-        raise ConfigError(f"{where} is not a manifest patronus-tasks reads ({wrong}); fix it, "
-                          "or remove it to read the one its results file keeps") from None
+        raise ConfigError(f"{where} holds no manifest patronus-tasks reads ({wrong}); "
+                          f"{fix}") from None
 
 
 class ManifestFile:

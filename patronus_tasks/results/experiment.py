@@ -3,6 +3,7 @@ manifest, records, summary."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,8 +37,6 @@ class Experiment:
         self.location = Location.of(path)  # a folder, or a URL of object storage
         self._recording = recording  # a recording still catching up, when run here
         self._live = live  # the manifest file being kept current meanwhile
-        self._read = read_manifest(self.location) if live is None or live.current is None \
-            else None
 
     @property
     def manifest(self) -> Manifest:
@@ -89,6 +88,11 @@ class Experiment:
         """The manifest, if there is one (the names fall back to the folder's)."""
         live = self._live.current if self._live is not None else None
         return live if live is not None else self._read
+
+    @functools.cached_property
+    def _read(self) -> Manifest | None:
+        # Read once, when first asked: a manifest it cannot read leaves the records readable.
+        return read_manifest(self.location)
 
     @property
     def results_path(self) -> Path | Location:
