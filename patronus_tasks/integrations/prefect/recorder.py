@@ -29,9 +29,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from patronus_tasks.integrations.prefect import background as _background
@@ -39,9 +39,6 @@ from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
-
-if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
 
 logger = logging.getLogger("patronus_tasks.records")
 _BATCH_EVENTS, _FLUSH_SECONDS = 500, 0.25

@@ -23,7 +23,7 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks.exceptions import ExperimentError
@@ -42,8 +42,6 @@ from patronus_tasks.integrations.prefect.protocol import (
 from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
-
     from patronus_tasks.integrations.prefect import postrun
 
 logger = logging.getLogger("patronus_tasks.records")

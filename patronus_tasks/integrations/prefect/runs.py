@@ -7,19 +7,16 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from prefect import flow
 from prefect import tags as prefect_tags
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
-
-if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
 
 T = TypeVar("T")
 logger = logging.getLogger("patronus_tasks")
