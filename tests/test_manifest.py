@@ -75,6 +75,28 @@ def test_reading_it_as_a_dict_is_kept(done: Experiment) -> None:
         m["no such field"]
 
 
+def test_an_experiment_keeps_its_own_runs_manifest_after_a_retry_in_its_folder(
+        tmp_path: Path) -> None:
+    flaky = {"calls": 0}
+
+    @evaluator
+    def fails_once(evaluated_model_output: str) -> bool:
+        flaky["calls"] += 1
+        if flaky["calls"] == 1:
+            raise RuntimeError("once")
+        return True
+
+    first = run_experiment("proj", data=DATA[:1], evaluators=fails_once, backend="local",
+                           results_dir=tmp_path, experiment_name="e", print_summary=False)
+    loaded = Experiment(first.path)  # nothing asked of it before the retry
+    again = run_experiment("proj", data=DATA[:1], evaluators=fails_once, backend="local",
+                           results_dir=tmp_path, experiment_name="e", retry_errors=True,
+                           print_summary=False)
+    assert again.path == first.path and _file(first.path)["evaluator_errors"] == 0
+    assert (first.manifest.evaluator_errors, loaded.manifest.evaluator_errors) == (1, 1)
+    assert again.manifest.evaluator_errors == 0
+
+
 def test_without_its_file_the_results_say_the_manifest(done: Experiment, tmp_path: Path) -> None:
     folder = _copy(done, tmp_path)
     (folder / "manifest.json").unlink()

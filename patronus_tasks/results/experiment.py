@@ -3,13 +3,13 @@ manifest, records, summary."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
 
+from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
@@ -37,6 +37,9 @@ class Experiment:
         self.location = Location.of(path)  # a folder, or a URL of object storage
         self._recording = recording  # a recording still catching up, when run here
         self._live = live  # the manifest file being kept current meanwhile
+        # Read now: a later run in the same folder (a retry) rewrites the file.
+        self._read, self._unreadable = _read(self.location) \
+            if live is None or live.current is None else (None, None)
 
     @property
     def manifest(self) -> Manifest:
@@ -46,6 +49,8 @@ class Experiment:
         the task runs Prefect holds so far; read it again for the current one.
         """
         known = self._known
+        if known is None and self._unreadable is not None:
+            raise self._unreadable  # the records stay readable
         if known is None:
             raise FileNotFoundError(f"no manifest.json (nor results) in {self.location}: not "
                                     "an experiment's folder, or its run never started")
@@ -89,11 +94,6 @@ class Experiment:
         live = self._live.current if self._live is not None else None
         return live if live is not None else self._read
 
-    @functools.cached_property
-    def _read(self) -> Manifest | None:
-        # Read once, when first asked: a manifest it cannot read leaves the records readable.
-        return read_manifest(self.location)
-
     @property
     def results_path(self) -> Path | Location:
         """The results file: a `Path` when local, else its `Location` (``str()`` shows
@@ -131,6 +131,14 @@ class Experiment:
         """The summary as text (``display_hist``: with score histograms)."""
         return self.summary().format(f"Experiment {self.project}/{self.name}",
                                      histograms=display_hist)
+
+
+def _read(location: Location) -> tuple[Manifest | None, ConfigError | None]:
+    """The manifest, or why it cannot be read (said when it is asked for)."""
+    try:
+        return read_manifest(location), None
+    except ConfigError as exc:
+        return None, exc
 
 
 def _local_or(location: Location) -> Path | Location:
