@@ -86,8 +86,8 @@ def _runs(args: argparse.Namespace, url: str) -> None:
                                      print_summary=False, html_report=False)
                 took = time.perf_counter() - start
                 m = exp.manifest
-                print(f"{backend:<8} {label:<6} {args.rows / took:8.0f} {m['calls']:>11} "
-                      f"{m['cached_calls']:>7}", flush=True)
+                print(f"{backend:<8} {label:<6} {args.rows / took:8.0f} {m.calls:>11} "
+                      f"{m.cached_calls:>7}", flush=True)
                 exp.wait_recorded(300)
 
 

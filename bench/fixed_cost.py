@@ -52,8 +52,8 @@ def main() -> None:
     out = {"mode": mode, "call": returned - start}
     if mode == "prefect":
         api = httpx.Client(base_url=os.environ["PREFECT_API_URL"])
-        _until(lambda: exp.manifest.get("flow_run_id"))
-        flow_run = exp.manifest["flow_run_id"]
+        _until(lambda: exp.manifest.flow_run_id)
+        flow_run = exp.manifest.flow_run_id or ""
         count = {"flow_runs": {"id": {"any_": [flow_run]}}}
         _until(lambda: api.post("/task_runs/count", json=count).json() >= 2 * ROWS)
         out["visible"] = time.perf_counter() - returned

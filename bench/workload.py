@@ -93,9 +93,9 @@ def _experiment(args: argparse.Namespace) -> tuple[Any, int, float]:
 
 def _flow_run_of(exp: Any) -> str | None:
     """The experiment's flow run, once the recorder process has made it."""
-    while exp.manifest.get("flow_run_id") is None and not exp.wait_recorded(0.05):
+    while exp.manifest.flow_run_id is None and not exp.wait_recorded(0.05):
         pass
-    return exp.manifest.get("flow_run_id")
+    return exp.manifest.flow_run_id
 
 
 def _children_cpu() -> float:

@@ -90,7 +90,7 @@ def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
         tags={"unit": "R&D", "version": "0.0.1"}, experiment_name=experiment_name,
         max_concurrency=max_concurrency, cache=True if cache else None, repeats=repeats,
     )
-    return experiment.manifest
+    return experiment.manifest.to_json()  # the flow run's result: as manifest.json has it
 
 
 if __name__ == "__main__":

@@ -157,7 +157,8 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
         cache=True if cache else None, repeats=repeats, metrics=METRICS,
         min_metrics={"f1": min_f1} if min_f1 is not None else None,
     )
-    return Completed(message=experiment.summary().headline(), data=experiment.manifest)
+    return Completed(message=experiment.summary().headline(),
+                     data=experiment.manifest.to_json())  # as manifest.json has it
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import signal
 import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from typing_extensions import Unpack
 
@@ -26,6 +27,9 @@ from patronus_tasks.run.loop import InProcess
 from patronus_tasks.run.options import RunOptions, split_run
 from patronus_tasks.run.runner import LocalStepRunner
 from patronus_tasks.run.spec import ExperimentSpec, make_spec
+
+if TYPE_CHECKING:  # imported only when a report is wanted, as in `_report_afterwards`
+    from patronus_tasks.integrations.prefect.background import Afterwards
 
 T = TypeVar("T")
 
@@ -56,7 +60,7 @@ class LocalKeeper:
         return failures
 
 
-def _report_afterwards(spec: ExperimentSpec) -> Any:
+def _report_afterwards(spec: ExperimentSpec) -> Afterwards | None:
     """The HTML report, written after the results in a thread (~1-3 s: matplotlib), which
     `Experiment.wait_recorded` and the process's exit wait for; None when not wanted."""
     if not spec.html_report:
@@ -99,7 +103,7 @@ def _finished(experiment: Experiment, wanted: dict[str, bool]) -> None:
         print(experiment.format_summary(display_hist=wanted["display_hist"]))
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 

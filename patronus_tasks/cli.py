@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -25,8 +26,10 @@ from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
-from patronus_tasks.run.observers import Observers, observing
-from patronus_tasks.run.spec import ExperimentSpec
+from patronus_tasks.run.observers import Observers, RunFacts, observing
+
+if TYPE_CHECKING:  # the server commands import Prefect's stack when run
+    from patronus_tasks.integrations.prefect.stack import ProcStatus
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
@@ -55,7 +58,7 @@ def _load(name: str, results_dir: str | None) -> Experiment:
         raise _usage(str(exc)) from None
 
 
-def _import_file(path: Path) -> Any:
+def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise _usage(f"{path}: no such file")
     from patronus_tasks.integrations.prefect import server_hook
@@ -107,7 +110,7 @@ def _progress_bar() -> Iterator[list[Experiment]]:
     bars: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=False) as progress:
-        def on_row(spec: ExperimentSpec, done: int) -> None:
+        def on_row(spec: RunFacts, done: int) -> None:
             if spec.experiment_id not in bars:
                 bars[spec.experiment_id] = progress.add_task(spec.experiment_name,
                                                              total=len(spec.dataset))
@@ -187,9 +190,8 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        errors = (m.get("task_errors") or 0) + (m.get("evaluator_errors") or 0)
-        typer.echo(f"{e.project}/{e.location.name}  {str(m.get('started_at', ''))[:19]}  "
-                   f"{m.get('status', '?')}  rows={m.get('rows', '?')}  errors={errors}  "
+        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  "
+                   f"rows={m.rows}  errors={m.task_errors + m.evaluator_errors}  "
                    f"{_pass_rates(e)}")
 
 
@@ -332,7 +334,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
 
 
-def _print_status(rows: list[Any]) -> None:
+def _print_status(rows: list[ProcStatus]) -> None:
     for row in rows:
         pid = "-" if row.pid is None else str(row.pid)
         state = ("running" if row.running else "stopped") if row.pid is not None else \

@@ -22,7 +22,7 @@ from patronus_tasks.integrations.patronus import (
 )
 from patronus_tasks.integrations.patronus import evaluate as _evaluate
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.options import RunOptions
+from patronus_tasks.run.options import BackendOption, RunOptions
 from patronus_tasks.settings import report_to_patronus as _report_env
 
 logger = logging.getLogger("patronus_tasks.patronus")
@@ -41,7 +41,7 @@ class Client:
     """
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
-                 results_dir: str | Path | None = None, backend: Any = "prefect",
+                 results_dir: str | Path | None = None, backend: BackendOption = "prefect",
                  report_to_patronus: bool | None = None, max_attempts: int = 3,
                  max_in_flight: int = 16, timeout: float = 60.0) -> None:
         self._api_key, self.base_url = api_key, base_url

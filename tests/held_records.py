@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from patronus_tasks import Row, evaluator, run_experiment
+from patronus_tasks import Experiment, Row, evaluator, run_experiment
 
 ROWS = 60
 
@@ -29,7 +29,7 @@ def digits(evaluated_model_output: str) -> bool:
     return evaluated_model_output.isdigit()
 
 
-def run(results_dir: Path, pause: float = 0.0, **options: Any) -> Any:
+def run(results_dir: Path, pause: float = 0.0, **options: Any) -> Experiment:
     """The experiment, each row's first evaluator taking ``pause`` seconds."""
     data = [{"evaluated_model_output": str(i), "pause": pause} for i in range(ROWS)]
     return run_experiment("held", data=data,
@@ -38,14 +38,14 @@ def run(results_dir: Path, pause: float = 0.0, **options: Any) -> Any:
                           **options)
 
 
-def flow_run_of(exp: Any, timeout: float = 60) -> str:
+def flow_run_of(exp: Experiment, timeout: float = 60) -> str:
     """The experiment's flow run id, once the recorder process has made the flow run."""
     deadline = time.monotonic() + timeout
-    while not exp.manifest.get("flow_run_id"):
+    while not (flow_run_id := exp.manifest.flow_run_id):
         if time.monotonic() > deadline:
             raise TimeoutError("the recorder process made no flow run")
         time.sleep(0.05)
-    return str(exp.manifest["flow_run_id"])
+    return flow_run_id
 
 
 if __name__ == "__main__":

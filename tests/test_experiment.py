@@ -299,23 +299,6 @@ def test_same_name_twice_keeps_both_runs(results_dir: Path) -> None:
     assert a.name == "../../escape"
 
 
-def test_manifest_is_a_versioned_model_read_back_typed(results_dir: Path) -> None:
-    from patronus_tasks.record.manifest import MANIFEST_VERSION, Manifest
-
-    exp = run_experiment("proj", data=DATA, evaluators=shouts, backend="local",
-                         results_dir=results_dir, print_summary=False)
-    info = exp.info
-    assert info.manifest_version == MANIFEST_VERSION == exp.manifest["manifest_version"]
-    assert (info.rows, info.status, info.links[0].evaluators[0].name) == (3, "completed", "shouts")
-    assert info.dataset.rows == 3 and info.dataset.sha256 == exp.manifest["dataset"]["sha256"]
-    # A file from a newer version keeps what this one does not know; an older one's
-    # missing fields take their defaults.
-    newer = Manifest.model_validate({**exp.manifest, "manifest_version": 2, "shards": 4})
-    assert newer.to_json()["shards"] == 4
-    older = {k: v for k, v in exp.manifest.items() if k not in ("manifest_version", "python")}
-    assert Manifest.model_validate(older).manifest_version == 1
-
-
 FINISHED: list[str] = []
 
 

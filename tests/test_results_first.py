@@ -44,7 +44,7 @@ def test_experiment_returns_with_its_results_before_prefect_has_the_records(
         results_dir: Path, gate: Gate) -> None:
     exp = held_records.run(results_dir)
     assert len(exp.to_dataframe()) == CALLS  # every result, already
-    assert exp.manifest["status"] == "completed"
+    assert exp.manifest.status == "completed"
     flow_run_id = held_records.flow_run_of(exp)
     assert until(lambda: _manifest(exp.path).get("prefect"), "the manifest's Prefect figures") == {
         "task_runs": CALLS, "task_runs_recorded": 0, "task_runs_lost": 0, "complete": False}
@@ -53,7 +53,10 @@ def test_experiment_returns_with_its_results_before_prefect_has_the_records(
     assert exp.wait_recorded(60)
     assert _count(flow_run_id) == CALLS
     assert _manifest(exp.path)["prefect"]["complete"] is True
-    assert exp.manifest["prefect"]["task_runs_recorded"] == CALLS  # the object is current
+    # The object is current, as the file is: every task run recorded, complete.
+    prefect = exp.manifest.prefect
+    assert prefect is not None and (prefect.task_runs_recorded, prefect.complete) == (CALLS, True)
+    assert exp.manifest.to_json() == _manifest(exp.path)
 
 
 def test_a_later_run_in_the_same_folder_keeps_its_manifest(results_dir: Path, gate: Gate) -> None:
@@ -65,7 +68,7 @@ def test_a_later_run_in_the_same_folder_keeps_its_manifest(results_dir: Path, ga
     gate.release()
     assert first.wait_recorded(120) and again.wait_recorded(120)
     manifest = _manifest(again.path)
-    assert manifest["flow_run_id"] == again.manifest["flow_run_id"] != first.manifest["flow_run_id"]
+    assert manifest["flow_run_id"] == again.manifest.flow_run_id != first.manifest.flow_run_id
     assert manifest["prefect"]["task_runs"] == 0  # the resumed run called nothing
 
 

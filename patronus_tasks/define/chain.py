@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.define.steps import Evaluator, Task
@@ -43,6 +43,13 @@ class Parent:
         return None
 
 
+class ChainLink(TypedDict, total=False):
+    """One link of ``chain=`` (as the Patronus SDK takes it): its task, its evaluators."""
+
+    task: Task | None
+    evaluators: Sequence[Evaluator] | Evaluator | None
+
+
 def _check_task(value: Any, where: str) -> Task | None:
     if value is None or isinstance(value, Task):
         return value
@@ -67,7 +74,7 @@ def _check_evaluators(values: Any, where: str) -> tuple[Evaluator, ...]:
     return tuple(values)
 
 
-def _link(spec: Mapping[str, Any], index: int) -> Link:
+def _link(spec: ChainLink, index: int) -> Link:
     where = f"chain link {index}"
     unknown = set(spec) - {"task", "evaluators"}
     if unknown:
@@ -79,7 +86,7 @@ def _link(spec: Mapping[str, Any], index: int) -> Link:
 
 
 def build_chain(task: Task | None, evaluators: Sequence[Evaluator] | Evaluator | None,
-                chain: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None) -> tuple[Link, ...]:
+                chain: Sequence[ChainLink] | ChainLink | None) -> tuple[Link, ...]:
     """The experiment's links from either ``task``/``evaluators`` or ``chain``, never both."""
     if isinstance(chain, Mapping):  # one link given where a list is expected
         chain = [chain]

@@ -83,7 +83,7 @@ class DatasetLoader:
         return self.dataset
 
 
-async def aload_data(data: Any) -> Any:
+async def aload_data(data: DataInput | None) -> DataInput | None:
     """``data`` with a `DatasetLoader` loaded (in the caller's loop); anything else as is."""
     return await data.load() if isinstance(data, DatasetLoader) else data
 

@@ -47,7 +47,8 @@ class Metric:
 def metric(fn: F, /) -> Metric: ...
 @overload
 def metric(*, name: str | None = None) -> Callable[[F], Metric]: ...
-def metric(fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+def metric(fn: Callable[..., Any] | None = None, /, *,
+           name: str | None = None) -> Metric | Callable[[F], Metric]:
     """Make a function a `Metric`: ``@metric`` or ``@metric(name=...)``."""
     if fn is not None:
         return Metric(fn, name)

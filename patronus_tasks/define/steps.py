@@ -231,7 +231,8 @@ def task(fn: F, /) -> FunctionTask: ...
 def task(*, name: str | None = None, retries: int = 0, retry_delay_seconds: float = 0.0,
          timeout_seconds: float | None = None, inline: bool | None = None,
          cache: bool | None = None, version: str | None = None) -> Callable[[F], FunctionTask]: ...
-def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+def task(fn: Callable[..., Any] | None = None, /,
+         **options: Any) -> FunctionTask | Callable[[F], FunctionTask]:
     """Make a function a `Task`: ``@task`` or ``@task(name=..., retries=..., timeout_seconds=...)``.
 
     ``inline`` (sync functions only): True runs calls in the event loop's thread, False
@@ -252,7 +253,8 @@ def evaluator(*, name: str | None = None, criteria: str | None = None, retries: 
               retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
               inline: bool | None = None, cache: bool | None = None,
               version: str | None = None) -> Callable[[F], FunctionEvaluator]: ...
-def evaluator(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+def evaluator(fn: Callable[..., Any] | None = None, /,
+              **options: Any) -> FunctionEvaluator | Callable[[F], FunctionEvaluator]:
     """Make a function an `Evaluator`: ``@evaluator`` or ``@evaluator(name=..., criteria=...)``.
 
     Takes the same ``inline``, ``cache`` and ``version`` options as `task`.

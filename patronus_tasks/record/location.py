@@ -263,7 +263,7 @@ class Location:
             pq.write_table(table, out)
 
     @contextlib.contextmanager
-    def atomic_output(self) -> Iterator[Any]:
+    def atomic_output(self) -> Iterator[str | pa.NativeFile]:
         """Where to write the file's new content (a path or a stream, for pyarrow); it
         replaces the file only when the block ends without an error."""
         if self.local is None:
@@ -278,7 +278,7 @@ class Location:
             tmp.unlink(missing_ok=True)
 
     @contextlib.contextmanager
-    def _remote_output(self) -> Iterator[Any]:
+    def _remote_output(self) -> Iterator[pa.NativeFile]:
         # The object appears when the stream closes (one PUT, or a multipart upload
         # completed at close); pyarrow cannot abort it, so an error deletes what closing
         # published. A killed process never completes the upload: no object.

@@ -1,8 +1,8 @@
 """The experiment's ``manifest.json``: what ran, on what data, with what totals.
 
-A versioned model: written from it (`Manifest.to_json`), read back through it
-(`Experiment.info`). Fields a newer version adds are kept when an older one reads the
-file; fields an older file lacks take their defaults.
+A versioned model: written from it (`Manifest.to_json`), read back into it
+(`Experiment.manifest`; the file itself: `manifest_file`). Fields a newer version adds are
+kept when an older one reads the file; fields an older file lacks take their defaults.
 """
 
 from __future__ import annotations
@@ -12,10 +12,36 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 MANIFEST_VERSION = 1
+#: Where the run is: ``running`` until it completed or was interrupted.
+RunStatus = Literal["running", "completed", "interrupted"]
 
 
 class _Model(BaseModel):
+    """A part of the manifest. Read by attribute; ``m["rows"]``, ``m.get("rows")`` and
+    ``"rows" in m`` read it as the JSON file has it, kept for compatibility: the manifest
+    was a dict (``experiment.manifest["flow_run_id"]``) before it was typed."""
+
     model_config = ConfigDict(extra="allow")
+
+    def _omitted(self) -> set[str]:
+        """Fields the JSON file leaves out (while they are None)."""
+        return set()
+
+    def _keys(self) -> list[str]:
+        names = [*type(self).model_fields, *(self.model_extra or {})]
+        omitted = self._omitted()
+        return [n for n in names if n not in omitted]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys()
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self else default
 
 
 class DatasetInfo(_Model):
@@ -74,7 +100,7 @@ class Manifest(_Model):
     project: str
     experiment_name: str
     experiment_id: str
-    status: Literal["running", "completed", "interrupted"]
+    status: RunStatus
     tags: dict[str, str] = {}
     flow_run_id: str | None = None
     series: str | None = None  # the runs it is compared with, on Prefect
@@ -101,8 +127,11 @@ class Manifest(_Model):
     #: What each reporter (results sent elsewhere: ``patronus``) says it did.
     reports: dict[str, dict[str, Any]] | None = None
 
+    def _omitted(self) -> set[str]:
+        # The ``prefect`` block only once there is one; figures only once computed.
+        return {name for name in ("prefect", "reports", "usage", "metrics", "calls",
+                                  "cached_calls", "cost_usd") if getattr(self, name) is None}
+
     def to_json(self) -> dict[str, Any]:
-        """The JSON file's content (the ``prefect`` block only once there is one)."""
-        empty = {name for name in ("prefect", "reports", "usage", "metrics", "calls",
-                                   "cached_calls", "cost_usd") if getattr(self, name) is None}
-        return self.model_dump(mode="json", exclude=empty or None)
+        """The JSON file's content."""
+        return self.model_dump(mode="json", exclude=self._omitted() or None)

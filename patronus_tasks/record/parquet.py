@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import pandas as pd
@@ -199,7 +199,7 @@ class _Journal:
 
     def __init__(self, location: Location, header: bytes) -> None:
         self.location, self._header, self._count = location, header, 0
-        self._file: Any = None
+        self._file: BinaryIO | None = None
         if location.local is not None:
             self._file = open(location.local, "wb", buffering=0)  # noqa: SIM115 (kept open)
             self._file.write(header)

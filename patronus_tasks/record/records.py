@@ -143,7 +143,7 @@ class ErrorInfo:
         return cls(type(exc).__name__, str(exc) or repr(exc), tb)
 
 
-def _json(value: Any) -> str | None:
+def _json(value: object) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 

@@ -12,13 +12,17 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from patronus_tasks.record.records import STATUS_OK
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.summary import EvaluatorStats, Summary
+
+if TYPE_CHECKING:  # matplotlib is imported only when a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 PASS, FAIL, NEUTRAL = "#2a9d8f", "#e76f51", "#8d99ae"
 DPI = 100
@@ -92,21 +96,21 @@ def _scores(df: pd.DataFrame, s: EvaluatorStats) -> pd.Series:
     return mine["score"].dropna().astype(float)
 
 
-def _figure(width: float, height: float) -> Any:
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     return fig
 
 
-def png(fig: Any) -> bytes:
+def png(fig: Figure) -> bytes:
     """The figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
     return buf.getvalue()
 
 
-def _style(ax: Any) -> None:
+def _style(ax: Axes) -> None:
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.tick_params(labelsize=9)
@@ -134,11 +138,11 @@ def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95%
     return png(fig)
 
 
-def _percent(value: float, _pos: int) -> str:
+def _percent(value: float, _pos: float) -> str:
     return f"{value:.0%}"
 
 
-def _plain(value: float, _pos: int) -> str:
+def _plain(value: float, _pos: float) -> str:
     return f"{value:g}"
 
 
@@ -170,7 +174,7 @@ def scores_chart(df: pd.DataFrame, summary: Summary) -> bytes | None:
     return png(fig)
 
 
-def _histogram(ax: Any, g: pd.DataFrame) -> None:
+def _histogram(ax: Axes, g: pd.DataFrame) -> None:
     scores = g["score"].astype(float)
     lo, hi = (0.0, 1.0) if scores.min() >= 0 and scores.max() <= 1 else (scores.min(), scores.max())
     edges = [lo + (hi - lo) * k / 10 for k in range(11)] if hi > lo else 10
@@ -265,8 +269,9 @@ def history_chart(nights: Sequence[Night]) -> bytes | None:
     return png(fig)
 
 
-def _history_axes(ax: Any, nights: Sequence[Night]) -> None:
-    lines = [v for line in ax.get_lines() for v in line.get_ydata() if not math.isnan(v)]
+def _history_axes(ax: Axes, nights: Sequence[Night]) -> None:
+    ys = (pd.to_numeric(pd.Series(line.get_ydata()), errors="coerce") for line in ax.get_lines())
+    lines = [float(v) for y in ys for v in y.dropna()]
     if lines and min(lines) >= 0 and max(lines) <= 1:
         ax.set_ylim(-0.02, 1.05)  # rates on their whole scale: a zoomed axis overstates a wobble
         ax.yaxis.set_major_formatter(_percent)

@@ -22,7 +22,7 @@ from patronus_tasks.report.rows import counted_columns, packed, table_data
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
-from patronus_tasks.results.summary import Summary, metric_text
+from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import usage_rows
 
 #: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
@@ -52,7 +52,7 @@ class ReportInput:
         return drawn[name]
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
@@ -74,17 +74,15 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def header(r: ReportInput) -> str:
     """The title and the facts of the run (when, data, code, where)."""
     m = r.experiment.manifest
-    facts = [("project", r.experiment.project), ("started", str(m.get("started_at", ""))[:19]),
-             ("status", m.get("status")), ("rows", m.get("rows")),
-             ("dataset", (m.get("dataset") or {}).get("source")),
-             ("sha256", str((m.get("dataset") or {}).get("sha256") or "")[:12]),
-             ("git", str(m.get("git_commit") or "")[:10]), ("flow run", m.get("flow_run_id")),
-             ("results", r.experiment.results_path)]
+    facts = [("project", r.experiment.project), ("started", m.started_at[:19]),
+             ("status", m.status), ("rows", m.rows), ("dataset", m.dataset.source),
+             ("sha256", (m.dataset.sha256 or "")[:12]), ("git", (m.git_commit or "")[:10]),
+             ("flow run", m.flow_run_id), ("results", r.experiment.results_path)]
     shown = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts if v)
     return f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1><div class=facts>{shown}</div>"
 
 
-def _rate_cell(s: Any) -> str:
+def _rate_cell(s: EvaluatorStats) -> str:
     if s.pass_rate is None:
         return ""
     lo, hi = charts.wilson(s.passed, s.verdicts + s.errors)

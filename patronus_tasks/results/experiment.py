@@ -3,17 +3,26 @@ manifest, records, summary."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
+from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
+from patronus_tasks.record.manifest_file import ManifestFile, read_manifest
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
+
+
+class Recorded(Protocol):
+    """A recording of the experiment's task runs still catching up (run here)."""
+
+    @property
+    def lost(self) -> int: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Experiment:
@@ -23,35 +32,43 @@ class Experiment:
     link, evaluator), with the dataset's columns beside the results.
     """
 
-    def __init__(self, path: str | Path | Location, recording: Any = None,
-                 live: Any = None) -> None:
+    def __init__(self, path: str | Path | Location, recording: Recorded | None = None,
+                 live: ManifestFile | None = None) -> None:
         self.location = Location.of(path)  # a folder, or a URL of object storage
         self._recording = recording  # a recording still catching up, when run here
-        self._live = live  # the manifest file being kept current meanwhile (its ``data``)
-        if live is None or live.data is None:
-            manifest = self.location / _parquet.MANIFEST_FILE
-            self._read: dict[str, Any] = json.loads(manifest.read_text()) if manifest.exists() else {}
+        self._live = live  # the manifest file being kept current meanwhile
+        # Read now: a later run in the same folder (a retry) rewrites the file.
+        self._read, self._unreadable = _read(self.location) \
+            if live is None or live.current is None else (None, None)
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        """``manifest.json`` as a dict; while Prefect catches up (this process ran it), as
-        last written: its flow run and the task runs Prefect holds so far."""
-        if self._live is not None and self._live.data is not None:
-            return dict(self._live.data)
-        return self._read
+    def manifest(self) -> Manifest:
+        """What ran, on what data, with what totals (`Manifest`, from ``manifest.json``).
+
+        While Prefect catches up (this process ran it), as last written: its flow run and
+        the task runs Prefect holds so far; read it again for the current one.
+        """
+        known = self._known
+        if known is None and self._unreadable is not None:
+            raise self._unreadable  # the records stay readable
+        if known is None:
+            raise FileNotFoundError(f"no manifest.json (nor results) in {self.location}: not "
+                                    "an experiment's folder, or its run never started")
+        return known
+
+    @property
+    def info(self) -> Manifest:
+        """The manifest (`manifest`): its name while that was a dict, kept."""
+        return self.manifest
 
     def wait_recorded(self, timeout: float | None = None) -> bool:
         """Wait until Prefect has recorded every task run of this experiment (it returned
-        with its results while Prefect caught up); True when it has (or nothing was due)."""
+        with its results while Prefect caught up); True when it has (or nothing was due).
+        Then `manifest` says so (``prefect.complete``), as ``manifest.json`` does."""
         recording = self._recording
         if recording is None:
             return True
         return bool(recording.wait(timeout)) and not recording.lost
-
-    @property
-    def info(self) -> Manifest:
-        """The manifest, typed (`Manifest`); ``manifest`` is the same as read from JSON."""
-        return Manifest.model_validate(self.manifest)
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, path={str(self.location)!r})"
@@ -63,11 +80,19 @@ class Experiment:
 
     @property
     def name(self) -> str:
-        return str(self.manifest.get("experiment_name", self.location.name))
+        known = self._known
+        return known.experiment_name if known is not None else self.location.name
 
     @property
     def project(self) -> str:
-        return str(self.manifest.get("project", self.location.parent.name))
+        known = self._known
+        return known.project if known is not None else self.location.parent.name
+
+    @property
+    def _known(self) -> Manifest | None:
+        """The manifest, if there is one (the names fall back to the folder's)."""
+        live = self._live.current if self._live is not None else None
+        return live if live is not None else self._read
 
     @property
     def results_path(self) -> Path | Location:
@@ -90,8 +115,8 @@ class Experiment:
 
     def summary(self, df: pd.DataFrame | None = None) -> Summary:
         """Per (link, evaluator) statistics of the records (``df``: already read records)."""
-        order = [(i, e["name"]) for i, lk in enumerate(self.manifest.get("links", []))
-                 for e in lk["evaluators"]]
+        links = self._known.links if self._known is not None else []
+        order = [(i, e.name) for i, lk in enumerate(links) for e in lk.evaluators]
         # Only what the summary reads: the dataset's columns can be most of the records.
         records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
         return summarize(records, order, location=str(self.results_path),
@@ -100,12 +125,20 @@ class Experiment:
     @property
     def metrics(self) -> list[MetricValue]:
         """The dataset-level metrics computed after the rows (``metrics=``)."""
-        return self.info.metrics or [] if self.manifest else []
+        return (self._known.metrics or []) if self._known is not None else []
 
     def format_summary(self, display_hist: bool = True) -> str:
         """The summary as text (``display_hist``: with score histograms)."""
         return self.summary().format(f"Experiment {self.project}/{self.name}",
                                      histograms=display_hist)
+
+
+def _read(location: Location) -> tuple[Manifest | None, ConfigError | None]:
+    """The manifest, or why it cannot be read (said when it is asked for)."""
+    try:
+        return read_manifest(location), None
+    except ConfigError as exc:
+        return None, exc
 
 
 def _local_or(location: Location) -> Path | Location:

@@ -14,7 +14,7 @@ from patronus_tasks.settings import default_results_dir
 def list_experiments(results_dir: str | Path | None = None) -> list[Experiment]:
     """Every experiment under ``results_dir``, oldest first."""
     found = [Experiment(p.parent) for p in _root(results_dir).glob(f"*/*/{_parquet.MANIFEST_FILE}")]
-    return sorted(found, key=lambda e: (str(e.manifest.get("started_at", "")), str(e.location)))
+    return sorted(found, key=lambda e: (e.manifest.started_at, str(e.location)))
 
 
 def _root(results_dir: str | Path | None) -> Location:

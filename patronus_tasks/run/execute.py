@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import subprocess
 import sys
-import threading
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from patronus_tasks._version import __version__
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record import resume as _resume
-from patronus_tasks.record.location import Location
-from patronus_tasks.record.manifest import DatasetInfo, EvaluatorInfo, LinkInfo, Manifest, PrefectRecords
+from patronus_tasks.record.manifest import (
+    DatasetInfo,
+    EvaluatorInfo,
+    LinkInfo,
+    Manifest,
+    RunStatus,
+)
+from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.record.records import Record
 from patronus_tasks.results.gates import error_gate, failed_gates, failed_metric_gates
 from patronus_tasks.results.metrics import evaluate_metrics
@@ -44,7 +47,7 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.datetime,
+def _manifest(spec: ExperimentSpec, tally: RunTotals, status: RunStatus, started: dt.datetime,
               flow_run_id: str | None) -> Manifest:
     ended = None if status == "running" else dt.datetime.now(dt.UTC).isoformat()
     return Manifest(
@@ -61,61 +64,6 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: str, started: dt.d
                         evaluators=[EvaluatorInfo(name=e.name, criteria=e.criteria)
                                     for e in lk.evaluators]) for lk in spec.links],
         package_version=__version__, git_commit=_git_commit(), python=sys.version.split()[0])
-
-
-class ManifestFile:
-    """The experiment's ``manifest.json``, rewritten whole (atomically: a new file renamed
-    over it, or one object written whole) on every change.
-
-    Written from the experiment's loop (its status) and from the thread that hears how
-    far Prefect is (its flow run, how many task runs it holds): one lock for both. ``data``
-    is the manifest as last written: what `Experiment.manifest` shows while it changes.
-    """
-
-    #: One lock for every manifest of the process: the recorder of an earlier run in the
-    #: same folder (before a resume or a retry) may still be catching up.
-    _lock = threading.Lock()
-
-    def __init__(self, out_dir: Path | Location) -> None:
-        self.path = Location.of(out_dir) / _parquet.MANIFEST_FILE
-        self.data: dict[str, Any] | None = None
-        self._noted: dict[str, Any] = {}  # what the recorder said: flow run, records
-
-    def write(self, manifest: Manifest) -> None:
-        with self._lock:
-            data = manifest.to_json()
-            noted = {k: v for k, v in self._noted.items() if data.get(k) is None}
-            self.data = {**data, **noted}
-            self._save()
-
-    def note_records(self, recorder: Any) -> None:
-        """The flow run, and how many task runs Prefect holds (a recorder's progress)."""
-        with self._lock:
-            for name in ("flow_run_id", "series"):
-                if getattr(recorder, name, None):
-                    self._noted[name] = getattr(recorder, name)
-            self._noted["prefect"] = PrefectRecords(
-                task_runs=recorder.expected, task_runs_recorded=recorder.recorded,
-                task_runs_lost=recorder.lost,
-                complete=recorder.ended and not recorder.lost).model_dump()
-            if self.data is not None:
-                ours = self._still_ours()  # before the change: it compares with the file
-                self.data.update(self._noted)
-                if ours:
-                    self._save()
-
-    def _still_ours(self) -> bool:
-        """Whether the file is still this run's: a later run in the same folder (resume,
-        ``retry_errors``) owns it once it has written it."""
-        try:
-            on_disk = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return True
-        assert self.data is not None
-        return bool(on_disk.get("started_at") == self.data.get("started_at"))
-
-    def _save(self) -> None:
-        self.path.write_bytes(json.dumps(self.data, indent=2, default=str).encode())
 
 
 async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | None = None,
@@ -217,7 +165,7 @@ def gate_failures(spec: ExperimentSpec, experiment: Experiment,
     ``summary``: the experiment's, when already computed (saves reading the results again).
     """
     m = experiment.manifest
-    failures = error_gate(int(m.get("errored_rows", 0)), int(m.get("rows", 0)), spec.fail_on_error)
+    failures = error_gate(m.errored_rows, m.rows, spec.fail_on_error)
     if spec.min_pass_rates or spec.min_metrics:
         summary = summary or experiment.summary()
         failures += failed_gates(summary, spec.min_pass_rates)

@@ -13,15 +13,36 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from patronus_tasks.define.dataset import Dataset
+    from patronus_tasks.record.records import Record
+    from patronus_tasks.results.experiment import Experiment
+
+
+class RunFacts(Protocol):
+    """What observers and reporters read of the experiment running (its `ExperimentSpec`,
+    which imports this module: hence a protocol)."""
+
+    @property
+    def project_name(self) -> str: ...
+    @property
+    def experiment_name(self) -> str: ...
+    @property
+    def experiment_id(self) -> str: ...
+    @property
+    def tags(self) -> dict[str, str]: ...
+    @property
+    def dataset(self) -> Dataset: ...
 
 
 @dataclass(frozen=True)
 class Observers:
     """``on_row(spec, rows_done)`` after each row; ``on_finished(experiment)`` at the end."""
 
-    on_row: Callable[[Any, int], None] | None = None
-    on_finished: Callable[[Any], None] | None = None
+    on_row: Callable[[RunFacts, int], None] | None = None
+    on_finished: Callable[[Experiment], None] | None = None
 
 
 _CURRENT: ContextVar[tuple[Observers, ...]] = ContextVar("patronus_tasks_observers", default=())
@@ -53,10 +74,10 @@ class Reporter(Protocol):
 
     name: str
 
-    async def start(self, spec: Any) -> None: ...
+    async def start(self, spec: RunFacts) -> None: ...
 
-    async def add(self, records: list[Any]) -> None: ...
+    async def add(self, records: list[Record]) -> None: ...
 
-    async def finish(self) -> dict[str, Any]: ...
+    async def finish(self) -> dict[str, Any]: ...  # JSON: the manifest's ``reports[name]``
 
     def cancel(self) -> None: ...

@@ -9,17 +9,32 @@ not be silently ignored by a ``**kwargs``).
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, Union
 
+from patronus_tasks.define.chain import ChainLink
 from patronus_tasks.define.dataset import DataInput
+from patronus_tasks.define.metrics import Metric
+from patronus_tasks.define.prices import PriceInput
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.cache import Cache
+from patronus_tasks.record.location import Location
+from patronus_tasks.run.observers import Reporter
+
+if TYPE_CHECKING:  # Prefect is imported only where rows run on it
+    from prefect.task_runners import TaskRunner
 
 #: Where rows run: in this process recorded on Prefect, in this process with no Prefect,
 #: in batches on Dask; or any Prefect ``TaskRunner`` instance.
-BackendOption = Any  # "prefect" | "local" | "dask" | a Prefect TaskRunner (`loop.Backend` runs it)
+BackendOption: TypeAlias = Union[Literal["prefect", "local", "dask"], "TaskRunner[Any]"]
+#: What batches of rows go through: Dask, or a Prefect ``TaskRunner``.
+TaskRunnerOption: TypeAlias = Union[Literal["dask"], "TaskRunner[Any]"]
+#: The cache of step calls: None (steps with cache=True only), True (every step but
+#: cache=False ones), False (none), a folder or URL for its store, or a `Cache(...)`.
+CacheOption: TypeAlias = Union[bool, str, "os.PathLike[str]", Location, Cache, None]
 
 
 class ExperimentOptions(TypedDict, total=False):
@@ -27,7 +42,7 @@ class ExperimentOptions(TypedDict, total=False):
 
     task: Task | None
     evaluators: Sequence[Evaluator] | Evaluator | None
-    chain: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None
+    chain: Sequence[ChainLink] | ChainLink | None
     tags: Mapping[str, str] | None
     experiment_name: str | None
     max_concurrency: int
@@ -45,18 +60,17 @@ class ExperimentOptions(TypedDict, total=False):
     series: str | None
     fail_on_regression: bool  # fail when the series' previous run did significantly better
     dataset: DataInput | None  # the Patronus SDK's name of ``data=``
-    reporters: Sequence[Any] | None  # `observers.Reporter`s: results sent elsewhere too
+    reporters: Sequence[Reporter] | None  # results sent elsewhere too
     # Which calls become Prefect task runs: "all", or "failures" (errors and verdicts that
     # did not pass; the rest counted in the figures): for a server that limits the rate.
     record: str
     # Write report.html (charts, figures, every record) beside the results, after them.
     html_report: bool
     repeats: int  # run every row this many times (pass@k, pass^k, flipping rows)
-    # The cache of step calls: None (steps with cache=True only), True (every step but
-    # cache=False ones), False (none), a folder or URL for its store, or a `Cache(...)`.
-    cache: Any
-    prices: Mapping[str, Any] | None  # {model: (input, output) USD per million tokens}
-    metrics: Sequence[Any] | None  # dataset-level evaluators (`patronus_tasks.metrics`)
+    cache: CacheOption  # see `CacheOption`
+    prices: Mapping[str, PriceInput] | None  # {model: (input, output) USD per million tokens}
+    # Dataset-level evaluators (`patronus_tasks.metrics`): `@metric`s or plain functions.
+    metrics: Sequence[Metric | Callable[..., object]] | Metric | None
     min_metrics: Mapping[str, float] | None  # gates: {metric value name: minimum}
 
 
@@ -98,7 +112,7 @@ def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, boo
     return {k: v for k, v in full.items() if k in options}, wanted
 
 
-def pick_data(data: Any, dataset: Any) -> Any:
+def pick_data(data: DataInput | None, dataset: DataInput | None) -> DataInput:
     """``data=``, or ``dataset=`` (the Patronus SDK's name for it): exactly one of them."""
     if data is not None and dataset is not None:
         raise ConfigError("pass data= or dataset= (its older name), not both.")

@@ -81,7 +81,7 @@ class Invocation:
         self.duration = 0.0
         self.cached = False  # answered from the cache: no call is made
         self.cost: float | None = None  # what the call cost in USD, when known
-        self.handle: Any = None  # the orchestrator's record of the call, for downstream links
+        self.handle: str | None = None  # the orchestrator's id of the call, for downstream links
 
     def paid(self) -> Paid | None:
         """What the call cost and whether the cache answered it; None when none was made."""
@@ -137,13 +137,13 @@ def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 class StepRunner(Protocol):
     """Executes invocations; ``upstream`` is the handle of the call this one depends on."""
 
-    async def run(self, inv: Invocation, upstream: Any) -> None: ...
+    async def run(self, inv: Invocation, upstream: str | None) -> None: ...
 
 
 class LocalStepRunner:
     """Runs invocations in plain asyncio, with the step's retries and timeout."""
 
-    async def run(self, inv: Invocation, upstream: Any) -> None:
+    async def run(self, inv: Invocation, upstream: str | None) -> None:
         if inv.cached:
             return  # its answer is stored already: nothing to call
         step = inv.step
@@ -210,7 +210,7 @@ class RowRunner:
         self.cached = 0  # of them, answered from the cache
 
     async def _call(self, step: Step, idx: int, unit: Unit, available: dict[str, Any],
-                    upstream: Any, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
+                    upstream: str | None, replayed: dict[tuple[int, str], Replayed]) -> Invocation:
         row = unit.row
         kwargs = build_kwargs(step.signature, available)
         if "row" in kwargs:
@@ -227,7 +227,7 @@ class RowRunner:
             await self._invoke(inv, unit.repeat, upstream)
         return inv
 
-    async def _invoke(self, inv: Invocation, repeat: int | None, upstream: Any) -> None:
+    async def _invoke(self, inv: Invocation, repeat: int | None, upstream: str | None) -> None:
         """Have the call run (or the cache answer it), say what it cost, store a new answer."""
         step = inv.step
         cache = self.cache if self.cache is not None and self.cache.wants(step) else None

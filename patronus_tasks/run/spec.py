@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import multiprocessing
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from typing_extensions import Unpack
 
@@ -23,10 +22,16 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.cache import Cache, CallCache, cache_setting, open_cache
 from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import Manifest
+from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
-from patronus_tasks.run.options import BackendOption, ExperimentOptions, pick_data, resolved
+from patronus_tasks.run.observers import Reporter
+from patronus_tasks.run.options import BackendOption, ExperimentOptions, TaskRunnerOption, pick_data, resolved
 from patronus_tasks.settings import default_results_dir
+
+if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
 
 ReplayMode = Literal["resume", "retry", None]
 #: Where rows run: ``"prefect"`` (in this process, every call its own Prefect task run),
@@ -53,12 +58,12 @@ class ExperimentSpec:
     replay: ReplayMode = None  # "resume" or "retry": reuse what out_dir already holds
     fail_on_error: int | float | None = None
     min_pass_rates: dict[str, float] = field(default_factory=dict)
-    task_runner: Any = None  # the Prefect TaskRunner of backend "task_runner"
+    task_runner: TaskRunner[Any] | None = None  # the Prefect TaskRunner of backend "task_runner"
     dask_address: str | None = None
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
-    reporters: tuple[Any, ...] = ()  # `observers.Reporter`s: the records sent elsewhere too
+    reporters: tuple[Reporter, ...] = ()  # the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them
     repeats: int = 1  # runs of every row
@@ -143,8 +148,11 @@ def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
     return found
 
 
-def _manifest_of(path: Location) -> dict[str, Any]:
-    return dict(json.loads((path / _parquet.MANIFEST_FILE).read_text()))
+def _manifest_of(path: Location) -> Manifest:
+    manifest = read_manifest(path)
+    if manifest is None:  # its folder held one when it was found
+        raise ConfigError(f"the manifest.json in {path} is gone; run it as a new experiment.")
+    return manifest
 
 
 def _to_resume(root: Location, project: str, name: str,
@@ -153,7 +161,7 @@ def _to_resume(root: Location, project: str, name: str,
     if experiment_id is None:
         return runs[-1] if runs else None
     for path in runs:
-        if _manifest_of(path).get("experiment_id") == experiment_id:
+        if _manifest_of(path).experiment_id == experiment_id:
             return path
     raise ConfigError(f"no experiment with id {experiment_id!r} named {name!r} in project "
                       f"{project!r} under {root}; check the id (manifest.json) and the name.")
@@ -161,22 +169,23 @@ def _to_resume(root: Location, project: str, name: str,
 
 def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> ExperimentSpec:
     manifest = _manifest_of(path)
-    previous = (manifest.get("dataset") or {}).get("sha256")
+    previous = manifest.dataset.sha256
     if previous and previous != spec.dataset.content_hash():
         raise ConfigError(
             f"the dataset changed since the run in {path} (content hash differs): resuming "
             "would mix results of different data. Run it as a new experiment instead.")
-    if int(manifest.get("repeats") or 1) != spec.repeats:
+    if manifest.repeats != spec.repeats:
         raise ConfigError(
-            f"the run in {path} ran every row {manifest.get('repeats') or 1} time(s), this one "
+            f"the run in {path} ran every row {manifest.repeats} time(s), this one "
             f"asks for repeats={spec.repeats}: resuming would mix them. Resume with "
-            f"repeats={manifest.get('repeats') or 1}, or run it as a new experiment.")
+            f"repeats={manifest.repeats}, or run it as a new experiment.")
     spec.out_dir, spec.replay = path, replay
-    spec.experiment_id = str(manifest.get("experiment_id") or spec.experiment_id)
+    spec.experiment_id = manifest.experiment_id or spec.experiment_id
     return spec
 
 
-def _backend(backend: BackendOption, dask_address: str | None) -> tuple[BackendKind, Any]:
+def _backend(backend: BackendOption, dask_address: str | None
+             ) -> tuple[BackendKind, TaskRunner[Any] | None]:
     """``backend`` resolved once: its kind, and the task runner given (``"task_runner"``)."""
     if dask_address is not None and backend != "dask":
         raise ConfigError(f"dask_address= is for backend='dask', not {backend!r}: drop one of them.")
@@ -189,13 +198,13 @@ def _backend(backend: BackendOption, dask_address: str | None) -> tuple[BackendK
                       f"TaskRunner, not {backend!r}.")
 
 
-def _is_task_runner(value: Any) -> bool:
+def _is_task_runner(value: object) -> TypeGuard[TaskRunner[Any]]:
     from prefect.task_runners import TaskRunner
 
     return isinstance(value, TaskRunner)
 
 
-def _check_batches(backend: Any) -> None:
+def _check_batches(backend: TaskRunnerOption) -> None:
     """Batches on other processes need prefect-dask (for "dask") and a server they reach."""
     is_dask = backend == "dask" or type(backend).__module__.startswith("prefect_dask")
     if backend == "dask":

@@ -15,13 +15,16 @@ import json
 import logging
 import re
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.exceptions import RemoteAPIError
 from patronus_tasks.integrations.http import Endpoint
 from patronus_tasks.integrations.patronus.endpoint import ui_url
 from patronus_tasks.integrations.patronus.evaluators import context_list
 from patronus_tasks.record.records import STATUS_OK, Record
+
+if TYPE_CHECKING:
+    from patronus_tasks.run.observers import RunFacts
 
 logger = logging.getLogger("patronus_tasks.patronus")
 
@@ -51,14 +54,14 @@ class PatronusReporter:
         self.project_id: str | None = None
         self.experiment_id: str | None = None
         self.url: str | None = None
-        self._spec: Any = None
+        self._spec: RunFacts | None = None
         self._queue: asyncio.Queue[dict[str, Any]] | None = None
         self._consumer: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"PatronusReporter({self.endpoint!r}, experiment_id={self.experiment_id!r})"
 
-    async def start(self, spec: Any) -> None:
+    async def start(self, spec: RunFacts) -> None:
         self._spec = spec
         who, _ = await self.endpoint.request("GET", "/v1/whoami")
         project, _ = await self.endpoint.request(
@@ -72,7 +75,7 @@ class PatronusReporter:
         self._queue = asyncio.Queue(self.queue_size)
         self._consumer = asyncio.create_task(self._consume())
 
-    async def add(self, records: list[Any]) -> None:
+    async def add(self, records: list[Record]) -> None:
         assert self._queue is not None, "start() first"
         for record in records:
             if record.evaluator_name is None or record.status != STATUS_OK:
@@ -145,6 +148,7 @@ class PatronusReporter:
     def _result(self, record: Record) -> dict[str, Any]:
         """One evaluation record as the API's ``ExportEvaluationResult``."""
         spec, row = self._spec, record.row
+        assert spec is not None, "start() first"
         task_meta = json.loads(record.task_metadata) if record.task_metadata else {}
         output = record.task_output if record.task_name else row.get("evaluated_model_output")
         return {
@@ -182,7 +186,7 @@ def _link(who: Any, experiment_id: str) -> str:
     return f"{ui_url()}/experiments/{experiment_id}{query}"
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from prefect.artifacts import (
@@ -35,6 +35,10 @@ from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import shown_usage, usage_rows
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.objects import Artifact as ArtifactResponse
 
 FAILURES_SHOWN = 10
 
@@ -209,7 +213,7 @@ class Target:
     """Where an experiment's artifacts go: its flow run, through ``client``; ``run_key``
     gives its calls' task-run ids (`events.task_run_id`)."""
 
-    client: Any
+    client: PrefectClient
     flow_run_id: str
     run_key: str
 
@@ -219,7 +223,7 @@ class Target:
         return {name: task_run_id(namespace, name) for name in names}
 
 
-async def create(artifact: Artifact, client: Any) -> Any:
+async def create(artifact: Artifact, client: PrefectClient) -> ArtifactResponse:
     """Create ``artifact`` (its ``flow_run_id`` set): the recorder process makes them for
     flow runs whose code runs elsewhere, outside any run context of its own, which Prefect
     warns of (its default is the context's run)."""

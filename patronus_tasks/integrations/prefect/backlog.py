@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.events import FINAL_TYPES, EventBatch
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
 
 _LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at most 50)
 #: Seconds a batch may stay missing after a later one was recorded, before it counts as
@@ -66,7 +69,8 @@ class Backlog:
         """Events posted that the server has not recorded yet."""
         return sum(b.count for b in self.posted)
 
-    async def refresh(self, client: Any, persister_off_after: int, grace: float) -> list[EventBatch]:
+    async def refresh(self, client: PrefectClient, persister_off_after: int,
+                      grace: float) -> list[EventBatch]:
         """Ask the server which marks it holds; drop the recorded batches; return the lost
         ones (taken out of `posted`, to be sent again).
 
@@ -94,7 +98,7 @@ class Backlog:
         self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
         return lost
 
-    async def _complete(self, client: Any, batch: EventBatch) -> bool:
+    async def _complete(self, client: PrefectClient, batch: EventBatch) -> bool:
         """Whether the server holds every task run of ``batch`` in its final state, and
         (the persister on) every event."""
         events = orjson.loads(batch.body())
@@ -124,7 +128,7 @@ class Backlog:
         return not self.persisting
 
 
-async def still_needed(client: Any, batch: EventBatch, persisting: bool = True) -> bytes | None:
+async def still_needed(client: PrefectClient, batch: EventBatch, persisting: bool = True) -> bytes | None:
     """The body to send ``batch`` again with: the events the server does not hold (stored,
     and for a final state its task run recorded in a final state; with no event persister,
     the final states recorded), under new ids (`EventBatch.renew`: the server drops an id it
@@ -160,7 +164,7 @@ def _final(event: dict[str, Any]) -> bool:
     return event["resource"]["prefect.state-type"] in FINAL_TYPES
 
 
-async def _stored_ids(client: Any, ids: list[str]) -> set[str]:
+async def _stored_ids(client: PrefectClient, ids: list[str]) -> set[str]:
     """Which of these events the server has stored (asked `_LOOKUP` at a time)."""
     stored: set[str] = set()
     for i in range(0, len(ids), _LOOKUP):
@@ -174,7 +178,7 @@ def _task_run(event: dict[str, Any]) -> str:
     return str(event["resource"]["prefect.resource.id"]).removeprefix("prefect.task-run.")
 
 
-async def _final_task_runs(client: Any, ids: list[str]) -> set[str]:
+async def _final_task_runs(client: PrefectClient, ids: list[str]) -> set[str]:
     """Which of these task runs the server holds in a final state (asked `_LOOKUP` at a
     time: the API reads at most 200 per request)."""
     found: set[str] = set()
@@ -202,7 +206,7 @@ def _before_found(found: list[bool], i: int) -> bool:
     return not found[i] and any(found[i + 1:])
 
 
-async def _recorded_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
+async def _recorded_marks(client: PrefectClient, batches: list[EventBatch]) -> list[bool]:
     """Per batch: does the server hold its mark's task run (in a final state, if the mark
     is one: a task run has one final event, though it may have been sent under two ids)?"""
     ids = sorted({b.mark[1] for b in batches})
@@ -213,19 +217,19 @@ async def _recorded_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
             for b in batches]
 
 
-async def _count_final(client: Any, ids: list[str]) -> int:
+async def _count_final(client: PrefectClient, ids: list[str]) -> int:
     """How many of these task runs the server holds in a final state."""
     return await internal.count_task_runs(client, {
         "task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}})
 
 
-async def _count_events(client: Any, ids: list[str]) -> int:
+async def _count_events(client: PrefectClient, ids: list[str]) -> int:
     """How many of these events the server has stored."""
     body = {"filter": {"id": {"id": ids}, "occurred": _ALL_TIME}, "limit": 1}
     return int((await internal.filter_events(client, body))["total"])
 
 
-async def _stored_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
+async def _stored_marks(client: PrefectClient, batches: list[EventBatch]) -> list[bool]:
     """Per batch: has the event persister stored its mark's event?"""
     body = {"filter": {"id": {"id": [b.mark[0] for b in batches]}, "occurred": _ALL_TIME},
             "limit": len(batches)}
@@ -233,6 +237,6 @@ async def _stored_marks(client: Any, batches: list[EventBatch]) -> list[bool]:
     return [b.mark[0] in found for b in batches]
 
 
-async def count_task_runs_by_id(client: Any, ids: list[str]) -> int:
+async def count_task_runs_by_id(client: PrefectClient, ids: list[str]) -> int:
     """How many of these task runs the server has: a look-up by primary key."""
     return await internal.count_task_runs(client, {"task_runs": {"id": {"any_": ids}}})

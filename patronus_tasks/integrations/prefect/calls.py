@@ -66,7 +66,7 @@ class RecordingStepRunner(LocalStepRunner):
         self.sink, self.record = sink, record
         self.namespace = namespace_of(sink.run_key)
 
-    async def run(self, inv: Invocation, upstream: Any) -> None:
+    async def run(self, inv: Invocation, upstream: str | None) -> None:
         step = inv.step
         call = Call(task_run_id(self.namespace, inv.run_name), inv.run_name,
                     f"{step.kind}-{step.name}", upstream, now(), step.retries,

@@ -14,7 +14,7 @@ from typing import IO, Any
 _HEADER = struct.Struct("!I")
 
 
-def write_frame(out: IO[bytes], message: Any) -> int:
+def write_frame(out: IO[bytes], message: object) -> int:
     """Write ``message`` as one frame (and flush); return the bytes written."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(_HEADER.pack(len(data)))
@@ -24,7 +24,8 @@ def write_frame(out: IO[bytes], message: Any) -> int:
 
 
 def read_frame(source: IO[bytes]) -> Any:
-    """The next message; `EOFError` once the other end closed its side."""
+    """The next message (its type is the protocol's: the reader's to say); `EOFError` once
+    the other end closed its side."""
     head = _read_exactly(source, _HEADER.size)
     (size,) = _HEADER.unpack(head)
     return pickle.loads(_read_exactly(source, size))

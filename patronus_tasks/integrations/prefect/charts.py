@@ -16,7 +16,7 @@ import base64
 import datetime as dt
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import MarkdownArtifact
 
@@ -35,6 +35,9 @@ from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
 HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
@@ -50,7 +53,7 @@ def picture(png: bytes | None, alt: str) -> list[str]:
     return [] if png is None else [f"![{alt}]({data_url(png)})", ""]
 
 
-def _figure(value: Any) -> float | None:
+def _figure(value: object) -> float | None:
     text = str(value or "").strip()
     try:
         if text.endswith("%"):
@@ -116,7 +119,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
 
 
 async def publish_to_parent(parent: str, title: str, summary: Summary, markdown: str,
-                            client: Any) -> None:
+                            client: PrefectClient) -> None:
     """The figures on the parent flow run: an artifact (its Artifacts tab) and log lines
     (its Logs tab, where a deployment's run opens)."""
     from prefect.client.schemas.actions import ArtifactCreate, LogCreate
@@ -132,7 +135,7 @@ async def publish_to_parent(parent: str, title: str, summary: Summary, markdown:
 
 def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
           history: list[dict[str, Any]], html_report: bool,
-          flow_run_id: str) -> tuple[str, str, Any]:
+          flow_run_id: str) -> tuple[str, str, Path | Location | None]:
     """The report file and both markdowns, each chart drawn once (CPU work: run off the
     event loop)."""
     compared = comparison if isinstance(comparison, Comparison) else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from itertools import islice
-from typing import Any
 
 from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
@@ -29,7 +28,7 @@ def not_passed(state: State) -> bool:
     return NOT_PASSED_TAG in state.tags
 
 
-def short(value: Any, width: int = SHOWN_CHARS) -> str:
+def short(value: object, width: int = SHOWN_CHARS) -> str:
     """``value`` on one line, cut with an ellipsis past ``width`` characters."""
     raw = str(value)
     # Only its head is read: an input can be a whole document, and this runs per call.

@@ -12,13 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.client.schemas.actions import FlowRunCreate, StateCreate, TaskRunCreate
 from prefect.client.schemas.objects import StateType
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.protocol import Opening, ParentRun
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.states import State
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Created:
     series: str
 
 
-async def create(client: Any, opening: Opening) -> Created:
+async def create(client: PrefectClient, opening: Opening) -> Created:
     """Create the experiment's flow run (Running), its series among its parameters."""
     series = await series_of(client, opening.project, opening.series, opening.parent)
     flow_id = await client.create_flow_from_name(opening.flow_name)
@@ -45,7 +49,7 @@ async def create(client: Any, opening: Opening) -> Created:
     return Created(str(created["id"]), str(parent_task_run) if parent_task_run else None, series)
 
 
-async def _parent_task_run(client: Any, opening: Opening) -> uuid.UUID:
+async def _parent_task_run(client: PrefectClient, opening: Opening) -> uuid.UUID:
     """The task run standing for the experiment in its parent flow run (as the engine
     makes one for a subflow: the parent's graph shows the experiment there)."""
     assert opening.parent is not None
@@ -59,7 +63,8 @@ async def _parent_task_run(client: Any, opening: Opening) -> uuid.UUID:
     return task_run_id
 
 
-async def series_of(client: Any, project: str, given: str | None, parent: ParentRun | None) -> str:
+async def series_of(client: PrefectClient, project: str, given: str | None,
+                    parent: ParentRun | None) -> str:
     """The series: ``given``, else the parent's flow (and deployment) and the project,
     else the project (an experiment run on its own)."""
     if given:
@@ -73,7 +78,7 @@ async def series_of(client: Any, project: str, given: str | None, parent: Parent
     return f"{owner}/{project}"
 
 
-async def log(client: Any, flow_run_id: str, lines: list[tuple[int, str]]) -> None:
+async def log(client: PrefectClient, flow_run_id: str, lines: list[tuple[int, str]]) -> None:
     """Log lines (level, message) on the flow run itself."""
     stamp = dt.datetime.now(dt.UTC).isoformat()
     await internal.post_logs(client, [
@@ -81,7 +86,8 @@ async def log(client: Any, flow_run_id: str, lines: list[tuple[int, str]]) -> No
          "flow_run_id": flow_run_id} for level, message in lines])
 
 
-async def finish(client: Any, flow_run_id: str, state: Any, parent_task_run: str | None) -> None:
+async def finish(client: PrefectClient, flow_run_id: str, state: State[Any],
+                 parent_task_run: str | None) -> None:
     """Set the flow run's final state (forced: nothing else orchestrates it), and its
     parent's task run's."""
     await client.set_flow_run_state(flow_run_id, state, force=True)

@@ -25,58 +25,60 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import httpx
+    from prefect.client.orchestration import PrefectClient
     from prefect.server.api.server import SubprocessASGIServer
 
 #: Prefect's server application; imported only to start a server (~3 s).
 SERVER_MODULE = "prefect.server.api.server"
 
 
-async def _post(client: Any, path: str, **kwargs: Any) -> Any:
+async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Response:
     response = await client._client.post(path, **kwargs)
     response.raise_for_status()
     return response
 
 
-async def post_events(client: Any, body: bytes) -> None:
+async def post_events(client: PrefectClient, body: bytes) -> None:
     """Send a JSON array of events (already serialised) for the server to record."""
     await _post(client, "/events", content=body, headers={"content-type": "application/json"})
 
 
-async def post_logs(client: Any, logs: list[dict[str, Any]]) -> None:
+async def post_logs(client: PrefectClient, logs: list[dict[str, Any]]) -> None:
     await _post(client, "/logs/", json=logs)
 
 
-async def count_task_runs(client: Any, body: dict[str, Any]) -> int:
+async def count_task_runs(client: PrefectClient, body: dict[str, Any]) -> int:
     """``POST /task_runs/count`` with a filter body."""
     return int((await _post(client, "/task_runs/count", json=body)).json())
 
 
-async def filter_task_runs(client: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+async def filter_task_runs(client: PrefectClient, body: dict[str, Any]) -> list[dict[str, Any]]:
     """``POST /task_runs/filter``: the task runs as JSON (no model parsing: faster)."""
     return list((await _post(client, "/task_runs/filter", json=body)).json())
 
 
-async def filter_events(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def filter_events(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /events/filter``: one page of events and the total."""
     return dict((await _post(client, "/events/filter", json=body)).json())
 
 
-async def create_flow_run(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def create_flow_run(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /flow_runs/`` (the public client's takes a `Flow` object, which the recorder
     process does not have: the experiment's code runs elsewhere)."""
     return dict((await _post(client, "/flow_runs/", json=body)).json())
 
 
-async def create_task_run(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def create_task_run(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /task_runs/`` (the public client's takes a `Task` object)."""
     return dict((await _post(client, "/task_runs/", json=body)).json())
 
 
-def watch_responses(client: Any, hook: Callable[[Any], None]) -> None:
+def watch_responses(client: PrefectClient, hook: Callable[[httpx.Response], None]) -> None:
     """Call ``hook`` with every response the client gets, retried ones included (Prefect's
     client retries a 429 itself: the recorder still wants to know the server limits it)."""
 
-    async def seen(response: Any) -> None:
+    async def seen(response: httpx.Response) -> None:
         hook(response)
 
     client._client.event_hooks["response"].append(seen)

@@ -39,9 +39,9 @@ def _window(experiment: Experiment) -> list[tuple[str, str]]:
     """The runs page's date range around the experiment (its default is the past week)."""
     m = experiment.manifest
     try:
-        start = dt.datetime.fromisoformat(str(m["started_at"])) - dt.timedelta(minutes=1)
-        end = dt.datetime.fromisoformat(str(m.get("ended_at") or m["started_at"]))
-    except (KeyError, ValueError):
+        start = dt.datetime.fromisoformat(m.started_at) - dt.timedelta(minutes=1)
+        end = dt.datetime.fromisoformat(m.ended_at or m.started_at)
+    except ValueError:
         return []
     end += dt.timedelta(hours=1)
     iso = "%Y-%m-%dT%H:%M:%S.000Z"

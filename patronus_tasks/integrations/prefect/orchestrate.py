@@ -17,8 +17,9 @@ from patronus_tasks.integrations.prefect.calls import Recorded
 from patronus_tasks.integrations.prefect.opening import opening, parent_run
 from patronus_tasks.integrations.prefect.protocol import Closing, ParentRun
 from patronus_tasks.integrations.prefect.recording import Recording, open_recording
+from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import ManifestFile, run_kept
+from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import email.utils
 import time
 from collections import deque
-from typing import Any
 
 import httpx
 
@@ -66,9 +65,9 @@ class Pace:
         self.retry_after = 0.0
         self.refusals = 0
 
-    def saw(self, response: Any) -> None:
+    def saw(self, response: httpx.Response) -> None:
         """Every answer of the server (an httpx response hook)."""
-        if getattr(response, "status_code", None) == 429:
+        if response.status_code == 429:
             self.limited_at, self.retry_after = time.monotonic(), retry_after(response)
             self.refusals += 1
 

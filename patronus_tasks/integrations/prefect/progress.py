@@ -8,12 +8,18 @@ first task runs.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prefect.artifacts import ProgressArtifact as _Progress
 from prefect.artifacts import aupdate_progress_artifact
 
 from patronus_tasks.integrations.prefect.keys import artifact_key
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.objects import Artifact as ArtifactResponse
 
 
 class ProgressArtifact:
@@ -22,10 +28,10 @@ class ProgressArtifact:
     def __init__(self, series: str, total: int, flow_run_id: str) -> None:
         self.key, self.flow_run_id = artifact_key(series, "progress"), flow_run_id
         self._total = max(total, 1)
-        self._id: Any = None
+        self._id: UUID | None = None
         self._shown = -1.0
 
-    async def show(self, done: int, client: Any) -> None:
+    async def show(self, done: int, client: PrefectClient) -> None:
         """Show ``done`` rows (made on the first call; unchanged figures are not sent)."""
         percent = round(100.0 * done / self._total, 2)
         if self._id is None:
@@ -38,7 +44,7 @@ class ProgressArtifact:
             self._shown = percent
 
 
-async def _create(artifact: _Progress, client: Any) -> Any:
+async def _create(artifact: _Progress, client: PrefectClient) -> ArtifactResponse:
     with warnings.catch_warnings():  # made outside a run context, for its flow run
         warnings.simplefilter("ignore", FutureWarning)
         return await artifact.acreate(client)

@@ -1,24 +1,43 @@
 """What an experiment's process and its recorder process say to each other.
 
-To the recorder process (`recording`): ``("open", Opening)`` once per experiment, then
-``("calls", [(key, item), ...], {key: rows done})`` (an item is ``("running", Call,
-run_count)``, ``("finished", Call, State, run_count, end)`` or ``("log", record)``), then
+To the recorder process (`recording`, `ToRecorder`): ``("open", Opening)`` once per
+experiment, then ``("calls", [(key, CallItem), ...], {key: rows done})``, then
 ``("close", Closing)``; ``("stop",)`` when the experiment's process stops waiting for it.
-Back (`recorder_main`): ``("flow_run", key, id, url)``, ``("progress", key, Progress)``,
-``("verdict", key, [failure, ...])`` and ``("done", key, Progress)``.
+Back (`recorder_main`, `FromRecorder`): ``("flow_run", key, (id, url, series))``,
+``("progress", key, Progress)``, ``("verdict", key, [failure, ...])`` and
+``("done", key, Progress)``. Pickled frames (`channel`): these types are the contract.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import pickle
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from patronus_tasks.run.modes import RecordMode
 
 if TYPE_CHECKING:
+    from patronus_tasks.integrations.prefect.events import Call, State
     from patronus_tasks.record.location import Location
 
+#: A call's news: running (its run count), finished (its state, run count and end), or
+#: a log record of it.
+CallItem: TypeAlias = (tuple[Literal["running"], "Call", int]
+                       | tuple[Literal["finished"], "Call", "State", int, dt.datetime]
+                       | tuple[Literal["log"], dict[str, Any]])
+#: What the rows' side queues for the writer thread: an experiment opened, a call's item
+#: (by experiment key), an experiment closed, or stop.
+Outgoing: TypeAlias = (tuple[Literal["o"], "Opening"] | tuple[Literal["i"], str, CallItem]
+                       | tuple[Literal["c"], "Closing"] | tuple[Literal["stop"]])
+ToRecorder: TypeAlias = (tuple[Literal["open"], "Opening"]
+                         | tuple[Literal["calls"], list[tuple[str, CallItem]], dict[str, int]]
+                         | tuple[Literal["close"], "Closing"] | tuple[Literal["stop"]])
+#: The flow run made: its id, its URL in the UI, the series it is compared in.
+FlowRunMade: TypeAlias = tuple[str, str | None, str]
+FromRecorder: TypeAlias = (tuple[Literal["flow_run"], str, FlowRunMade]
+                           | tuple[Literal["progress", "done"], str, "Progress"]
+                           | tuple[Literal["verdict"], str, list[str]])
 
 @dataclass(frozen=True)
 class ParentRun:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from patronus_tasks.integrations.prefect import background as _background
@@ -282,7 +282,7 @@ class TaskRunRecorder:
 class _Poster:
     """The loop posting one recorder's events and checking what the server recorded."""
 
-    def __init__(self, recorder: TaskRunRecorder, client: Any) -> None:
+    def __init__(self, recorder: TaskRunRecorder, client: PrefectClient) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
         self.stall_after, self.stalls = recorder.limits.stall_seconds, 0  # resends since progress

@@ -20,9 +20,10 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine
+from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks.exceptions import ExperimentError
@@ -30,7 +31,14 @@ from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import flowruns, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.progress import ProgressArtifact
-from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
+from patronus_tasks.integrations.prefect.protocol import (
+    CallItem,
+    Closing,
+    FromRecorder,
+    Opening,
+    Progress,
+    ToRecorder,
+)
 from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
 
 if TYPE_CHECKING:
@@ -55,13 +63,13 @@ class Service:
         self.orphan = False  # the experiment's process is gone
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def tell(self, kind: str, key: str, body: Any) -> None:
+    def tell(self, message: FromRecorder) -> None:
         """Answer the experiment's process (gone: nobody is listening, the work goes on)."""
         with self._lock:
             if self.orphan:
                 return
             try:
-                write_frame(self.answers, (kind, key, body))
+                write_frame(self.answers, message)
             except (OSError, ValueError):
                 self.orphan = True
 
@@ -72,18 +80,17 @@ class Service:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def take(self, message: tuple[Any, ...]) -> None:
+    def take(self, message: ToRecorder) -> None:
         """A message from the experiment's process (on the background loop)."""
-        kind = message[0]
-        if kind == "open":
+        if message[0] == "open":
             session = self.sessions[message[1].key] = Session(self, message[1])
             session.begin()
-        elif kind == "calls":
+        elif message[0] == "calls":
             for key, item in message[1]:
                 self.sessions[key].take(item)
             for key, rows in message[2].items():
                 self.sessions[key].rows_done = rows
-        elif kind == "close":
+        elif message[0] == "close":
             self.sessions[message[1].key].end(message[1])
 
     def orphaned(self) -> None:
@@ -105,7 +112,7 @@ class Session:
 
     def __init__(self, service: Service, opening: Opening) -> None:
         self.service, self.o = service, opening
-        self.waiting: list[tuple[Any, ...]] = []  # calls before the flow run exists
+        self.waiting: list[CallItem] = []  # calls before the flow run exists
         self.recorder: TaskRunRecorder | None = None
         self.flow_run_id: str | None = None
         self.parent_task_run: str | None = None
@@ -132,18 +139,18 @@ class Session:
         for item in self.waiting:
             self._feed(item)
         self.waiting = []
-        self.service.tell("flow_run", self.o.key,
-                          (self.flow_run_id, _url(self.flow_run_id), self.series))
+        self.service.tell(("flow_run", self.o.key,
+                           (self.flow_run_id, _url(self.flow_run_id), self.series)))
         self.service.start(self._show_progress())
 
-    def take(self, item: tuple[Any, ...]) -> None:
+    def take(self, item: CallItem) -> None:
         self.calls += item[0] == "finished"
         if self.recorder is None:
             self.waiting.append(item)
         else:
             self._feed(item)
 
-    def _feed(self, item: tuple[Any, ...]) -> None:
+    def _feed(self, item: CallItem) -> None:
         assert self.recorder is not None
         if item[0] == "finished":
             self.recorder.finished(*item[1:])
@@ -156,7 +163,7 @@ class Session:
         return self.recorder.buffered if self.recorder is not None else 1_000 * len(self.waiting)
 
     def _progress(self, recorder: TaskRunRecorder) -> None:
-        self.service.tell("progress", self.o.key, _progress_of(recorder))
+        self.service.tell(("progress", self.o.key, _progress_of(recorder)))
 
     async def _show_progress(self) -> None:
         assert self.flow_run_id is not None
@@ -178,7 +185,7 @@ class Session:
         await self._opened
         try:
             if self.recorder is None or self.flow_run_id is None:
-                self.service.tell("verdict", self.o.key, [])
+                self.service.tell(("verdict", self.o.key, []))
                 return
             self.recorder.close()
             async with get_client() as client:
@@ -189,10 +196,10 @@ class Session:
             progress = _progress_of(self.recorder)
             if self.recorder is None:  # no flow run: none of its calls was recorded
                 progress.expected = progress.lost = self.calls
-            self.service.tell("done", self.o.key, progress)
+            self.service.tell(("done", self.o.key, progress))
             self.finished.set()
 
-    async def _verdict(self, client: Any, closing: Closing) -> postrun.Verdict:
+    async def _verdict(self, client: PrefectClient, closing: Closing) -> postrun.Verdict:
         postrun = await _postrun()
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
@@ -207,10 +214,10 @@ class Session:
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
                              " ".join(str(exc).split())[:300])
-        self.service.tell("verdict", self.o.key, verdict.failures)
+        self.service.tell(("verdict", self.o.key, verdict.failures))
         return verdict
 
-    def _publishing(self, client: Any) -> postrun.Publishing:
+    def _publishing(self, client: PrefectClient) -> postrun.Publishing:
         from patronus_tasks.integrations.prefect import artifacts as _artifacts
         from patronus_tasks.integrations.prefect import postrun
 
@@ -218,7 +225,7 @@ class Session:
         return postrun.Publishing.of(
             self.o, _artifacts.Target(client, self.flow_run_id, self.o.key), self.series)
 
-    async def _settle(self, client: Any, closing: Closing, verdict: postrun.Verdict) -> None:
+    async def _settle(self, client: PrefectClient, closing: Closing, verdict: postrun.Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None
         lines = list(verdict.lines)
         if self.o.record != "all":
@@ -287,7 +294,7 @@ def _say_built_in_server() -> None:
         print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
 
 
-async def _postrun() -> Any:
+async def _postrun() -> ModuleType:
     """The post-run module (pandas, pyarrow, matplotlib: ~1.5 s of imports), loaded in a
     thread when first needed: the records of other experiments go on meanwhile."""
     return await asyncio.to_thread(importlib.import_module,
@@ -333,7 +340,7 @@ def main() -> None:
     source = sys.stdin.buffer
     while True:
         try:
-            message = read_frame(source)
+            message: ToRecorder = read_frame(source)
         except EOFError:
             break
         if message[0] == "stop":

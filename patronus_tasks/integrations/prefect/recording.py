@@ -31,13 +31,24 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.events import Call, State
-from patronus_tasks.integrations.prefect.protocol import Closing, Opening, Progress
+from patronus_tasks.integrations.prefect.protocol import (
+    CallItem,
+    Closing,
+    FromRecorder,
+    Opening,
+    Outgoing,
+    Progress,
+    ToRecorder,
+)
+
+if TYPE_CHECKING:
+    from patronus_tasks.run.execute import RunTotals
 
 logger = logging.getLogger("patronus_tasks.records")
 #: Calls waiting to be sent to the recorder process, at most: past it, rows wait.
@@ -63,7 +74,7 @@ class Recording:
         self.flow_run_id: str | None = None
         self.flow_run_url: str | None = None
         self.series: str | None = None  # the series it is compared in, once known
-        self.tally: Any = None  # the rows' totals (``rows``), for the progress artifact
+        self.tally: RunTotals | None = None  # the rows' totals, for the progress artifact
         self.verdict: list[str] | None = None  # gates that failed, said once published
         self._verdict_said = threading.Event()
         self._done = threading.Event()
@@ -72,7 +83,7 @@ class Recording:
 
     @property
     def rows_done(self) -> int:
-        return int(self.tally.rows) if self.tally is not None else 0
+        return self.tally.rows if self.tally is not None else 0
 
     def running(self, call: Call, run_count: int) -> None:
         self.process.queue.append(("i", self.key, ("running", call, run_count)))
@@ -116,18 +127,18 @@ class Recording:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def told(self, kind: str, body: Any) -> None:
+    def told(self, message: FromRecorder) -> None:
         """A message of the recorder process about this recording."""
-        if kind == "flow_run":
-            self.flow_run_id, self.flow_run_url, self.series = body
-        elif kind == "verdict":
-            self.verdict = list(body)
+        if message[0] == "flow_run":
+            self.flow_run_id, self.flow_run_url, self.series = message[2]
+        elif message[0] == "verdict":
+            self.verdict = list(message[2])
             self._verdict_said.set()
             return
         else:
-            self.progress = body
+            self.progress = message[2]
         self._noted()
-        if kind == "done":
+        if message[0] == "done":
             self._verdict_said.set()
             self._done.set()
 
@@ -181,7 +192,7 @@ class RecorderProcess:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.queue: deque[tuple[Any, ...]] = deque()  # messages to send, in order
+        self.queue: deque[Outgoing] = deque()  # messages to send, in order
         self.recordings: dict[str, Recording] = {}
         self._wake = threading.Event()
         self._opened: set[str] = set()  # recordings whose opening was sent
@@ -206,7 +217,7 @@ class RecorderProcess:
         _background.keep_alive(recording)
         return recording
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Outgoing) -> None:
         """Queue a message (not a call: those go straight into `queue`) and send it soon."""
         self.queue.append(message)
         self._wake.set()
@@ -225,7 +236,7 @@ class RecorderProcess:
             stdin.close()
 
     def _send_waiting(self, stdin: IO[bytes]) -> None:
-        calls: list[tuple[str, Any]] = []
+        calls: list[tuple[str, CallItem]] = []
         while self.queue:
             message = self.queue.popleft()
             if message[0] == "i":
@@ -234,27 +245,27 @@ class RecorderProcess:
             self._send_calls(stdin, calls)
             calls = []
             if message[0] == "o":
-                write_frame(stdin, ("open", message[1]))
+                _send(stdin, ("open", message[1]))
                 self._opened.add(message[1].key)
             else:
-                write_frame(stdin, ("close", message[1]) if message[0] == "c" else message)
+                _send(stdin, ("close", message[1]) if message[0] == "c" else message)
         self._send_calls(stdin, calls)
 
-    def _send_calls(self, stdin: IO[bytes], calls: list[tuple[str, Any]]) -> None:
+    def _send_calls(self, stdin: IO[bytes], calls: list[tuple[str, CallItem]]) -> None:
         rows = {r.key: r.rows_done for r in list(self.recordings.values())
                 if r.key in self._opened and not r.done}
         if calls or rows:
-            write_frame(stdin, ("calls", calls, rows))
+            _send(stdin, ("calls", calls, rows))
 
     def _read(self) -> None:
         stdout = self.proc.stdout
         assert stdout is not None
         try:
             while True:
-                kind, key, body = read_frame(stdout)
-                recording = self.recordings.get(key)
+                message: FromRecorder = read_frame(stdout)
+                recording = self.recordings.get(message[1])
                 if recording is not None:
-                    recording.told(kind, body)
+                    recording.told(message)
         except (EOFError, OSError, ValueError):
             pass
         code = self.proc.wait()
@@ -272,6 +283,10 @@ class RecorderProcess:
     def idle(self) -> bool:
         return all(r.done for r in self.recordings.values())
 
+
+
+def _send(stdin: IO[bytes], message: ToRecorder) -> None:
+    write_frame(stdin, message)
 
 class _Processes:
     """This process's recorder processes: the current one, and earlier ones finishing."""

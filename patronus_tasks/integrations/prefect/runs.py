@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 
 from prefect import flow
 from prefect import tags as prefect_tags
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.context import FlowRunContext
+from prefect.task_runners import TaskRunner
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
@@ -44,7 +45,7 @@ def current_flow_run_id() -> str | None:
 
 async def run_as_flow(body: Callable[..., Awaitable[T]], *, flow_name: str, run_name: str,
                       tags: list[str], parameters: dict[str, Any] | None = None,
-                      task_runner: Any = None) -> T:
+                      task_runner: TaskRunner[Any] | None = None) -> T:
     """Run ``body`` as one Prefect flow run (a subflow when called inside a flow).
 
     ``parameters`` are what the flow run shows on its Parameters tab: ``body`` takes them
@@ -71,7 +72,7 @@ async def mark_cancelled(flow_run_id: str, why: str) -> None:
                                         force=True)
 
 
-async def count_task_runs(flow_run_id: str, client: Any = None) -> int:
+async def count_task_runs(flow_run_id: str, client: PrefectClient | None = None) -> int:
     """How many task runs of this flow run the server has recorded in a final state."""
     body = {
         "flow_runs": {"id": {"any_": [flow_run_id]}},
@@ -83,12 +84,12 @@ async def count_task_runs(flow_run_id: str, client: Any = None) -> int:
     return await internal.count_task_runs(client, body)
 
 
-async def _timed_count(flow_run_id: str, client: Any) -> tuple[int, float]:
+async def _timed_count(flow_run_id: str, client: PrefectClient) -> tuple[int, float]:
     start = time.monotonic()
     return await count_task_runs(flow_run_id, client), time.monotonic() - start
 
 
-async def _until_exist(client: Any, task_run_ids: list[str], deadline: float) -> None:
+async def _until_exist(client: PrefectClient, task_run_ids: list[str], deadline: float) -> None:
     """Wait until these task runs exist, or ``deadline``: looked up by id, cheap to ask
     often whatever the flow run's size (counting it is not, see below)."""
     while task_run_ids and time.monotonic() < deadline:

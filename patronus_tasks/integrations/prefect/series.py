@@ -11,7 +11,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
@@ -22,6 +22,10 @@ from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.objects import Artifact as ArtifactResponse
 
 logger = logging.getLogger("patronus_tasks")
 #: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
@@ -42,12 +46,12 @@ class PreviousRun:
 LINKS_READ = 20
 
 
-def _of_series(artifact: Any, series: str) -> bool:
+def _of_series(artifact: ArtifactResponse, series: str) -> bool:
     said = re.search(r"\(series (.*)\)$", artifact.description or "")
     return said is None or said.group(1) == series  # a link from before says no series
 
 
-async def previous_run(series: str, client: Any) -> PreviousRun | None:
+async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
     found = await client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
@@ -175,7 +179,7 @@ def headline(comparison: Comparison | str) -> str:
 
 def history_row(this: Experiment, summary: Summary, comparison: Comparison | str) -> dict[str, Any]:
     """This run as one row of its series' history: when, what, each evaluator's figure."""
-    row: dict[str, Any] = {"started": str(this.manifest.get("started_at", ""))[:16].replace("T", " "),
+    row: dict[str, Any] = {"started": this.manifest.started_at[:16].replace("T", " "),
                            "experiment": this.name, "rows": summary.samples}
     for s in summary.evaluators:
         name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator

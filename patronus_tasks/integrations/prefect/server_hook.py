@@ -16,7 +16,10 @@ import importlib.machinery
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # it imports Prefect's server module: only once that is loaded
+    from patronus_tasks.integrations.prefect.local_server import LocalServer
 
 from patronus_tasks.integrations.prefect.internal import SERVER_MODULE
 
@@ -24,7 +27,7 @@ from patronus_tasks.integrations.prefect.internal import SERVER_MODULE
 class _InstallAfter(importlib.abc.Loader):
     """Prefect's loader of its server module, then `LocalServer` installed."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: importlib.abc.Loader) -> None:
         self._loader = loader
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
@@ -65,7 +68,7 @@ def install() -> None:
         _install()
 
 
-def built_in() -> Any:
+def built_in() -> LocalServer | None:
     """This process's built-in server (a `LocalServer`), if it runs one."""
     if SERVER_MODULE not in sys.modules:
         return None

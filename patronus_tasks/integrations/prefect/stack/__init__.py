@@ -18,6 +18,7 @@ never a password); `down` stops each by its pid, `status` tells which run.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,8 @@ def _start(stack: Stack, project: Path, port: int, topology: Topology, deploy: b
         stack.add(servers.start_worker(home, stack.api_url, project))
 
 
-def _store(stack: Stack, role: str, given: str | None, start: Any, nice: int) -> str | None:
+def _store(stack: Stack, role: str, given: str | None, start: Callable[[Path, int], Proc],
+           nice: int) -> str | None:
     """The URL of PostgreSQL or Redis: started here (`LOCAL`), or the given one."""
     if given is None:
         return None
