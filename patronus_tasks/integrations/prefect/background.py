@@ -121,7 +121,7 @@ def drain(timeout: float | None = None) -> bool:
 
 def _outcome(waited: list[Pending]) -> str:
     if all(isinstance(p, Afterwards) for p in waited):  # nothing was recorded to Prefect
-        return "Done: " + "; ".join(p.what for p in waited if isinstance(p, Afterwards)) + "."
+        return "Done: " + "; ".join(dict.fromkeys(p.what for p in waited if isinstance(p, Afterwards))) + "."
     lost = sum(int(getattr(p, "lost", 0) or 0) for p in waited)
     if not lost:
         return "Prefect has recorded every task run."
