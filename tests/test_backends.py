@@ -209,7 +209,7 @@ def test_any_prefect_task_runner_runs_the_rows_and_shows_them_as_batches_end(
     loop as Dask's; each batch's rows reach the progress and the reporters once it ends."""
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from .dask_steps import said_row, where
+    from .shared_steps import said_row, where
 
     progress: list[tuple[int, int]] = []
     reporter = _Collect()
