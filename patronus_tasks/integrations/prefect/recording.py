@@ -183,8 +183,9 @@ class Recording:
     def describe(self) -> str:
         left = self.expected - self.recorded - self.lost
         notes = "; ".join(self.progress.notes)
-        return (f"Prefect to record {left} of {self.expected} task runs of {self.label}"
-                + (f" ({notes})" if notes else ""))
+        what = (f"Prefect to record {left} of {self.expected} task runs of {self.label}" if left
+                else f"the flow run of {self.label} to finish (its artifacts and final state)")
+        return what + (f" ({notes})" if notes else "")
 
 
 class RecorderProcess:
