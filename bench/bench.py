@@ -30,12 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import recording  # noqa: E402
-from servers import SERVERS, Server, settle, start, tree_cpu  # noqa: E402
+from servers import SERVERS, Server, settle, start, tree_cpu, wait  # noqa: E402
 
 #: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
 #: measured when this Python exists.
@@ -60,26 +58,13 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server for {url} exited")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise SystemExit(f"{url} did not come up")
-
-
 def start_standin() -> tuple[str, subprocess.Popen[bytes]]:
     """The loopback stand-in of the Patronus API and OTLP collector the SDK reports to."""
     port = _port()
     proc = subprocess.Popen([sys.executable, str(HERE / "patronus_standin.py"), str(port)],
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    _wait(f"{url}/_counts", proc)
+    wait(f"{url}/_counts", proc)
     return url, proc
 
 
@@ -88,7 +73,7 @@ def start_model_server(latency: float) -> tuple[str, subprocess.Popen[bytes]]:
     port = _port()
     proc = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port),
                              str(latency)])
-    _wait(f"http://127.0.0.1:{port}/", proc)
+    wait(f"http://127.0.0.1:{port}/", proc)
     return f"http://127.0.0.1:{port}/v1", proc
 
 
