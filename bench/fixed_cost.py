@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Literal
 
 import httpx
 
@@ -34,16 +36,16 @@ def long_enough(evaluated_model_output: str) -> bool:
     return len(evaluated_model_output) > 2
 
 
-def _until(check: object, timeout: float = 120.0) -> None:
+def _until(check: Callable[[], object], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise TimeoutError("the server did not show the experiment in time")
         time.sleep(0.02)
 
 
 def main() -> None:
-    mode = sys.argv[1]
+    mode: Literal["local", "prefect"] = "prefect" if sys.argv[1] == "prefect" else "local"
     start = time.perf_counter()
     exp = run_experiment("fixed-cost", data=[{"evaluated_model_input": f"q{i}"} for i in range(ROWS)],
                          task=upper, evaluators=[long_enough], backend=mode,
