@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from patronus_tasks.exceptions import ConfigError
+
 RESULTS_DIR_ENV = "PATRONUS_TASKS_RESULTS_DIR"
 #: ``1`` (or true/yes/on) sends every `Client`'s experiment results to the Patronus
 #: platform too, as ``Client(report_to_patronus=True)`` does.
@@ -73,3 +75,37 @@ def default_results_dir() -> Path:
 def report_to_patronus() -> bool:
     """Whether ``$PATRONUS_REPORT`` asks for results on the Patronus platform."""
     return os.environ.get(REPORT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+#: The recorder's patience, in seconds: how long a Prefect API that answers nothing at all
+#: is tried before the experiment's flow run is given up (a restarting server needs a
+#: while; a wrong PREFECT_API_URL must not hold a process at exit for minutes), and how
+#: long calls sent may go unrecorded before they are sent again (a server restarted at
+#: the end of a run lost them, and nothing sent later shows the gap).
+UNANSWERED_ENV = "PATRONUS_TASKS_RECORDER_UNANSWERED_SECONDS"
+STALL_ENV = "PATRONUS_TASKS_RECORDER_STALL_SECONDS"
+UNANSWERED_SECONDS, STALL_SECONDS = 30.0, 15.0
+
+
+def unanswered_seconds() -> float:
+    """``$PATRONUS_TASKS_RECORDER_UNANSWERED_SECONDS``, else 30."""
+    return _seconds(UNANSWERED_ENV, UNANSWERED_SECONDS)
+
+
+def stall_seconds() -> float:
+    """``$PATRONUS_TASKS_RECORDER_STALL_SECONDS``, else 15."""
+    return _seconds(STALL_ENV, STALL_SECONDS)
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also NaN
+        raise ConfigError(f"{name}={text!r} is not a number of seconds: set it to one above 0 "
+                          f"(e.g. {default:g}), or unset it for the default ({default:g} s)")
+    return value

@@ -195,12 +195,23 @@ def test_a_prefect_api_that_answers_nothing_is_said_in_our_terms(tmp_path: Path)
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
-    env = {**os.environ, "PREFECT_API_URL": url}
+    env = {**os.environ, "PREFECT_API_URL": url,
+           "PATRONUS_TASKS_RECORDER_UNANSWERED_SECONDS": "3"}  # 30 by default
     out = subprocess.run([sys.executable, "-c", UNANSWERED], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "results [True]" in out.stdout, out.stderr[-2000:]
     said = [line for line in out.stderr.splitlines() if "did not answer" in line]
-    assert len(said) == 1 and url in said[0], out.stderr[-2000:]
+    assert len(said) == 1 and url in said[0] and "did not answer for 3 s" in said[0], out.stderr
     assert "`patronus-tasks server up`" in said[0] and "unset PREFECT_API_URL" in said[0]
     assert "RuntimeError" not in out.stderr and "Traceback" not in out.stderr
     assert "Prefect did not record 1 task runs" in out.stderr
+
+
+def test_a_recorder_setting_that_is_no_number_of_seconds_is_said_before_any_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATRONUS_TASKS_RECORDER_STALL_SECONDS", "soon")
+    with pytest.raises(ConfigError, match=r"PATRONUS_TASKS_RECORDER_STALL_SECONDS='soon' is "
+                                          r"not a number of seconds.*above 0.*or unset it"):
+        run_experiment("impatient", data=[{"evaluated_model_input": "x"}], task=model,
+                       evaluators=[ok], results_dir=tmp_path, print_summary=False)
+    assert not list(tmp_path.rglob("results.parquet"))

@@ -79,8 +79,9 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
     import contextvars
 
 
-    # (The recorder process sends the run's tail, lost at the kill, again after its
-    # `recorder.STALL_SECONDS`.)
+    # The recorder process sends the run's tail, lost at the kill, again once nothing was
+    # recorded for its stall: 3 s here (15 s by default).
+    monkeypatch.setenv("PATRONUS_TASKS_RECORDER_STALL_SECONDS", "3")
     with _server(tmp_path, monkeypatch, prefect_template_db) as server:
         done: dict[str, Any] = {}
 

@@ -6,7 +6,7 @@ none doubled, while one API process is killed (the other serving) and Redis is k
 and started again, each when the server has recorded so many task runs. Then `status`
 and `down`; and a missing piece is a clear error that leaves nothing running.
 
-``PATRONUS_STACK_ROWS`` sets the rows per experiment: 300 in the suite (kept lean),
+``PATRONUS_STACK_ROWS`` sets the rows per experiment: 150 in the suite (kept lean),
 1,000 by bench/production_faults.py (the figures in bench/README.md).
 """
 
@@ -47,7 +47,7 @@ from .prefect_servers import free_port
 pytestmark = pytest.mark.heavy
 
 HERE = Path(__file__).resolve().parent
-ROWS = int(os.environ.get("PATRONUS_STACK_ROWS", "300"))
+ROWS = int(os.environ.get("PATRONUS_STACK_ROWS", "150"))
 CALLS = 3 * ROWS  # per experiment: the task and both evaluators of every row
 
 

@@ -40,6 +40,7 @@ from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
+from patronus_tasks.settings import STALL_SECONDS
 
 logger = logging.getLogger("patronus_tasks.records")
 _BATCH_EVENTS, _FLUSH_SECONDS = 500, 0.25
@@ -52,8 +53,9 @@ _POLL_SECONDS = 0.5
 #: With events outstanding and nothing recorded for this long, send them again (a server
 #: that restarted at the end of a run lost them, and nothing posted later shows the gap),
 #: then after twice as long each time (they go under new ids: a server merely slow would
-#: get them twice); with nothing recorded for `GIVE_UP_SECONDS`, count them lost.
-STALL_SECONDS, GIVE_UP_SECONDS = 15.0, 300.0
+#: get them twice); with nothing recorded for `GIVE_UP_SECONDS`, count them lost. The
+#: recorder process takes the stall from $PATRONUS_TASKS_RECORDER_STALL_SECONDS (settings).
+GIVE_UP_SECONDS = 300.0
 #: How long the event persister may store nothing while the task-run recorder takes
 #: events, before it is taken to be switched off (three of its default flush intervals).
 PERSISTER_GRACE_SECONDS = 15.0

@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.states import Cancelled, Completed, Crashed
 
+from patronus_tasks import settings
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import flowruns, server_hook
@@ -39,7 +40,7 @@ from patronus_tasks.integrations.prefect.protocol import (
     Progress,
     ToRecorder,
 )
-from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, TaskRunRecorder
+from patronus_tasks.integrations.prefect.recorder import MAX_BUFFERED_BYTES, Limits, TaskRunRecorder
 
 if TYPE_CHECKING:
     from patronus_tasks.integrations.prefect import postrun
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks.records")
 _PROGRESS_EVERY = 1.0  # seconds between moves of the progress artifact
 _ORPHANED = "the experiment's process ended before its rows were done"
-#: Seconds a server that does not answer at all may take (a restart) before the flow run
-#: is given up: a wrong PREFECT_API_URL must not hold the process at exit for minutes.
-UNANSWERED_SECONDS = 30.0
 
 
 class Service:
@@ -135,7 +133,9 @@ class Session:
         _say_built_in_server()
         self.recorder = TaskRunRecorder(self.flow_run_id, list(self.o.tags),
                                         on_progress=self._progress, label=self.o.title,
-                                        persisting=_persisting(self.o)).start()
+                                        persisting=_persisting(self.o),
+                                        limits=Limits(stall_seconds=settings.stall_seconds())
+                                        ).start()
         for item in self.waiting:
             self._feed(item)
         self.waiting = []
@@ -241,8 +241,9 @@ class Session:
 
 async def _until_created(opening: Opening) -> flowruns.Created | None:
     """Create the experiment's flow run, trying again while the server does not answer
-    (starting, restarting) for up to `UNANSWERED_SECONDS`; None (said why) if it never did."""
-    deadline, wait = time.monotonic() + UNANSWERED_SECONDS, 0.5
+    (starting, restarting) for up to `settings.unanswered_seconds`; None (said why) if it
+    never did."""
+    deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
     while True:
         try:
             async with get_client() as client:
@@ -264,7 +265,7 @@ def _unanswered(opening: Opening, exc: Exception) -> str:
 
     url = get_current_settings().api.url
     brief = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-    return (f"the Prefect API at {url} did not answer for {UNANSWERED_SECONDS:.0f} s ({brief}): "
+    return (f"the Prefect API at {url} did not answer for {settings.unanswered_seconds():g} s ({brief}): "
             f"{opening.title} is not recorded on Prefect (its results are written). Start a "
             "server there (`patronus-tasks server up`), point PREFECT_API_URL at one that runs, "
             "or unset PREFECT_API_URL to use Prefect's built-in server.")

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from patronus_tasks import settings
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
@@ -56,7 +57,7 @@ MAX_WAITING = 50_000
 _SEND_EVERY = 0.02  # seconds between the writer's batches
 #: Environment variables the recorder process's work depends on: another value of any of
 #: them needs another recorder process.
-_SETTINGS_PREFIXES = ("PREFECT_", "AWS_", "AZURE_", "GOOGLE_")
+_SETTINGS_PREFIXES = ("PREFECT_", "AWS_", "AZURE_", "GOOGLE_", "PATRONUS_TASKS_RECORDER_")
 
 
 class Recording:
@@ -358,6 +359,8 @@ def recorder_env() -> dict[str, str]:
     """The recorder process's environment: ours, this process's Prefect settings if it
     has loaded Prefect (a test's or a user's temporary settings), the built-in server this
     process runs if any (a user's flow started it), and where this package is."""
+    for patience in (settings.unanswered_seconds, settings.stall_seconds):
+        patience()  # a bad value is a ConfigError here, not a recorder process that dies
     env = dict(os.environ)
     if "prefect.settings" in sys.modules:
         from prefect.settings import get_current_settings
