@@ -50,6 +50,7 @@ class Gate:
     forwarded_events: int = 0
     refusals: list[float] = field(default_factory=list)  # when a 429 was answered
     after_refusal: list[float] = field(default_factory=list)  # seconds until the next post
+    asked: list[float] = field(default_factory=list)  # each refusal's Retry-After
     retry_after: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -69,6 +70,7 @@ class Gate:
                 return 200, {}
             if self.limit is not None and not self._within_limit(now, events):
                 self.refusals.append(now)
+                self.asked.append(self.retry_after)
                 return 429, {"Retry-After": f"{self.retry_after:g}"}
             self.forwarded_events += events
             return None
