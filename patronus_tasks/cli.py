@@ -30,6 +30,7 @@ from patronus_tasks.run.observers import Observers, RunFacts, observing
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
     from patronus_tasks.integrations.prefect.stack import ProcStatus
+    from patronus_tasks.integrations.prefect.stack.processes import Stopped
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
@@ -347,12 +348,15 @@ def server_down(home: Home = Path(".prefect")) -> None:
     """Stop every process that `server up` started, each by its process id."""
     from patronus_tasks.integrations.prefect import stack as _stack
 
-    stack = _stack.down(home)
+    stack = _stack.down(home, on_stopped=_print_stopped)
     if stack is None:
         typer.echo("nothing to stop")
-        return
-    started = [p for p in stack.procs if p.pid is not None]
-    typer.echo("stopped " + ", ".join(f"{p.role} {p.pid}" for p in started))
+
+
+def _print_stopped(stopped: Stopped) -> None:
+    how = (f"killed after {stopped.seconds:.0f} s (it did not stop when asked)" if stopped.killed
+           else f"stopped in {stopped.seconds:.1f} s")
+    typer.echo(f"  {stopped.proc.role:<12} {stopped.proc.pid:>8}  {how}")
 
 
 @server.command("status")

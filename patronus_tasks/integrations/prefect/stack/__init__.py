@@ -29,7 +29,7 @@ from patronus_tasks.record.location import redact
 from patronus_tasks.settings import SERVER_NICE
 
 from . import broker, database, servers
-from .processes import Proc, alive, answers, port_taken, stop
+from .processes import Proc, Stopped, alive, answers, port_taken, stop
 from .servers import POOL
 
 __all__ = ["LOCAL", "POOL", "SERVER_NICE", "ProcStatus", "Stack", "Topology", "alive", "down",
@@ -186,14 +186,17 @@ def _store(stack: Stack, role: str, given: str | None, start: Callable[[Path, in
     return url
 
 
-def down(home: Path, grace: float = 15.0) -> Stack | None:
+def down(home: Path, grace: float = 15.0,
+         on_stopped: Callable[[Stopped], None] | None = None) -> Stack | None:
     """Stop what `up` started, last started first, each by its pid (killed if still up
-    after ``grace`` seconds); forget it."""
+    after ``grace`` seconds; ``on_stopped`` hears how each went); forget it."""
     stack = Stack.load(home.resolve())
     if stack is None:
         return None
     for proc in reversed(stack.procs):
-        stop(proc, grace)
+        stopped = stop(proc, grace)
+        if on_stopped is not None and proc.pid is not None:
+            on_stopped(stopped)
     (home.resolve() / STATE_FILE).unlink(missing_ok=True)
     return stack
 

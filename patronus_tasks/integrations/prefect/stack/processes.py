@@ -86,19 +86,30 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def stop(proc: Proc, grace: float = 15.0) -> None:
+@dataclass(frozen=True)
+class Stopped:
+    """How a process stopped: after how long, and whether it had to be killed."""
+
+    proc: Proc
+    seconds: float
+    killed: bool
+
+
+def stop(proc: Proc, grace: float = 15.0) -> Stopped:
     """Ask ``proc`` to stop, kill its whole process group if still up after ``grace``."""
+    began = time.monotonic()
     if proc.pid is None:
-        return
+        return Stopped(proc, 0.0, False)
     with contextlib.suppress(ProcessLookupError):
         (os.killpg if proc.signal_group else os.kill)(proc.pid, proc.stop_signal)
-    deadline = time.monotonic() + grace
-    while alive(proc.pid) and time.monotonic() < deadline:
+    while alive(proc.pid) and time.monotonic() < began + grace:
         time.sleep(0.1)
+    killed = alive(proc.pid)
     # What is left of its group: all of it after ``grace``, or the children of one that
     # died (a killed PostgreSQL's backends would keep its shared memory from a new one).
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    return Stopped(proc, time.monotonic() - began, killed)
 
 
 def children(pid: int) -> list[int]:
