@@ -200,9 +200,9 @@ class Session:
             self.finished.set()
 
     async def _verdict(self, client: PrefectClient, closing: Closing) -> postrun.Verdict:
-        postrun = await _postrun()
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
+        postrun = await _postrun()
         if closing.status == "interrupted":
             kind = Crashed if closing.why == _ORPHANED else Cancelled
             return postrun.Verdict(kind(message=f"interrupted: {closing.why}"))
