@@ -31,7 +31,7 @@ from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, alive
 from .conftest import ROOT
 from .prefect_servers import api_of, copy_database, free_port
 
-# Run first (conftest), and whole by one worker (conftest.WHOLE_MODULES).
+# Handed out early (conftest.SLOWEST), and whole by one worker (`--dist loadfile`).
 pytestmark = pytest.mark.heavy
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from .conftest import ROOT
 
-# Run first (conftest), and whole by one worker (conftest.WHOLE_MODULES).
+# Handed out early (conftest.SLOWEST), and whole by one worker (`--dist loadfile`).
 pytestmark = pytest.mark.heavy
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")

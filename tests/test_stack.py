@@ -43,7 +43,7 @@ from patronus_tasks.results import load_experiment
 from .conftest import ROOT
 from .prefect_servers import free_port
 
-# Whole by one worker (conftest.WHOLE_MODULES): its tests share one stack, in this order.
+# Whole by one worker (`--dist loadfile`): its tests share one stack, in this order.
 pytestmark = pytest.mark.heavy
 
 HERE = Path(__file__).resolve().parent
