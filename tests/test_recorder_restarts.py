@@ -101,6 +101,9 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(
         flow_run_id = exp.manifest["flow_run_id"]
         assert _count(flow_run_id) == 480  # every call once, in its final state
         assert _count_all(flow_run_id) == 480  # and no other task run
+        # Its post-run waited for the server to answer again: artifacts, then the state.
+        state, keys = asyncio.run(_published(flow_run_id))
+        assert state == "COMPLETED" and any(k.endswith("-summary") for k in keys), (state, keys)
 
 
 def _recorded_so_far(api_url: str) -> int:
@@ -119,3 +122,14 @@ def _count_all(flow_run_id: str) -> int:
                 client, {"flow_runs": {"id": {"any_": [flow_run_id]}}})
 
     return asyncio.run(count())
+
+
+async def _published(flow_run_id: str) -> tuple[str, list[str]]:
+    """The flow run's state type and the keys of its artifacts."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return run.state.type.value if run.state else "", [a.key or "" for a in artifacts]

@@ -210,6 +210,7 @@ class Session:
         assert self.service.publishing is not None and self.flow_run_id is not None
         async with self.service.publishing:  # the next run of a series compares with this one
             try:
+                await _until_answering(client)
                 verdict = await postrun.publish(self._publishing(client), closing)
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
@@ -315,6 +316,15 @@ def _url(flow_run_id: str) -> str | None:
 
     ui = get_current_settings().ui_url
     return f"{ui}/runs/flow-run/{flow_run_id}" if ui else None
+
+
+async def _until_answering(client: PrefectClient) -> None:
+    """Wait (up to `settings.unanswered_seconds`) for a server that does not answer now: one
+    restarting as a run ends got none of its artifacts before, publishing at once."""
+    deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
+    while await client.api_healthcheck() is not None and time.monotonic() + wait < deadline:
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, 4.0)
 
 
 async def _quietly(work: Coroutine[Any, Any, Any], what: str) -> None:
