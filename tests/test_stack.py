@@ -42,6 +42,7 @@ from patronus_tasks.results import load_experiment
 
 from .conftest import ROOT
 from .prefect_servers import free_port
+from .waits import until
 
 # Whole by one worker (`--dist loadfile`): its tests share one stack, in this order.
 pytestmark = pytest.mark.heavy
@@ -211,3 +212,19 @@ def test_a_missing_piece_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> 
     # The command line says it, with the usage exit code.
     refused = _cli("up", "--home", str(home), "--port", str(port), "--redis", "local")
     assert refused.returncode == 2 and "--redis needs --postgres" in refused.stderr
+
+
+def test_down_gives_a_worker_running_no_flow_run_a_short_grace() -> None:
+    from patronus_tasks.integrations.prefect.stack import IDLE_WORKER_GRACE, _grace
+    from patronus_tasks.integrations.prefect.stack.processes import Proc, children
+
+    idle = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    busy = subprocess.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        until(lambda: children(busy.pid), "bash's child (a flow run's process, played)")
+        assert _grace(Proc("worker", idle.pid), 15.0) == IDLE_WORKER_GRACE
+        assert _grace(Proc("worker", busy.pid), 15.0) == 15.0
+        assert _grace(Proc("api", idle.pid), 15.0) == 15.0
+    finally:
+        for p in (idle, busy):
+            os.killpg(p.pid, signal.SIGKILL)
