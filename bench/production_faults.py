@@ -4,7 +4,7 @@ processes x 1,000 rows (a task and two evaluators: 6,000 task runs) against
 apart), one API process killed once the server holds 1/8 of the task runs, Redis killed
 and started again once both experiments have returned and it holds half; then every row
 and every task run is checked, each once. It is tests/test_stack.py's scenario (the
-suite runs it with 150 rows), run here with PATRONUS_STACK_ROWS:
+suite runs it with 200 rows), run here with PATRONUS_STACK_ROWS:
 
     .venv/bin/python bench/production_faults.py [ROWS]      # default 1000
 """

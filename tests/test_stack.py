@@ -6,7 +6,7 @@ none doubled, while one API process is killed (the other serving) and Redis is k
 and started again, each when the server has recorded so many task runs. Then `status`
 and `down`; and a missing piece is a clear error that leaves nothing running.
 
-``PATRONUS_STACK_ROWS`` sets the rows per experiment: 150 in the suite (kept lean),
+``PATRONUS_STACK_ROWS`` sets the rows per experiment: 200 in the suite (kept lean),
 1,000 by bench/production_faults.py (the figures in bench/README.md).
 """
 
@@ -48,7 +48,7 @@ from .waits import until
 pytestmark = pytest.mark.heavy
 
 HERE = Path(__file__).resolve().parent
-ROWS = int(os.environ.get("PATRONUS_STACK_ROWS", "150"))
+ROWS = int(os.environ.get("PATRONUS_STACK_ROWS", "200"))
 CALLS = 3 * ROWS  # per experiment: the task and both evaluators of every row
 
 
@@ -144,7 +144,9 @@ def test_every_row_and_task_run_kept_through_an_api_process_and_redis_dying(
         # artifact posted while Redis is down fails the experiment today (the server
         # answers 500, Prefect's client does not retry it; nothing is lost).
         _when_returned(tmp_path / "results", ("first", "second"), running)
-        seen_again = _when_recorded(api, CALLS, running)
+        # Some progress since, at least half of one experiment's calls: the server records
+        # in flushes of up to 500, so a higher mark could be passed in one jump to the end.
+        seen_again = _when_recorded(api, max(CALLS // 2, seen + 1), running)
         redis = production.get("redis")
         assert redis is not None and redis.pid
         os.kill(redis.pid, signal.SIGKILL)

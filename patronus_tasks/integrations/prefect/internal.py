@@ -58,6 +58,19 @@ async def _post_once(client: PrefectClient, path: str, **kwargs: Any) -> None:
     response.raise_for_status()
 
 
+async def answers(client: PrefectClient) -> bool:
+    """Whether the server answers ``GET /health`` now (asked once: Prefect's client would
+    back off for a minute before it said no)."""
+    import httpx
+
+    http: Any = client._client
+    try:
+        response = await httpx.AsyncClient.send(http, http.build_request("GET", "/health"))
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
 async def post_events(client: PrefectClient, body: bytes) -> None:
     """Send a JSON array of events (already serialised) for the server to record, once."""
     await _post_once(client, "/events", content=body,

@@ -29,7 +29,7 @@ from prefect.states import Cancelled, Completed, Crashed
 from patronus_tasks import settings
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import background as _background
-from patronus_tasks.integrations.prefect import flowruns, server_hook
+from patronus_tasks.integrations.prefect import flowruns, internal, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
 from patronus_tasks.integrations.prefect.progress import ProgressArtifact
 from patronus_tasks.integrations.prefect.protocol import (
@@ -322,7 +322,7 @@ async def _until_answering(client: PrefectClient) -> None:
     """Wait (up to `settings.unanswered_seconds`) for a server that does not answer now: one
     restarting as a run ends got none of its artifacts before, publishing at once."""
     deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
-    while await client.api_healthcheck() is not None and time.monotonic() + wait < deadline:
+    while not await internal.answers(client) and time.monotonic() + wait < deadline:
         await asyncio.sleep(wait)
         wait = min(wait * 2, 4.0)
 
