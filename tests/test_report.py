@@ -187,3 +187,6 @@ def test_charts_draw_at_none_and_all_passed() -> None:
         assert 0 <= low <= passed / n <= high <= 1
         png = charts.rates_chart([charts.Bar("e", passed / n, low, high, f"{passed}/{n}")])
         assert png is not None and png[:4] == b"\x89PNG"
+    # Margins come from the labels: a name too long for them is cut, not an error.
+    long = charts.rates_chart([charts.Bar("judge_" * 20, 0.5, 0.4, 0.6, "50.0% (5/10)")])
+    assert long is not None and long[:4] == b"\x89PNG"

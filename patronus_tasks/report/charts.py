@@ -112,10 +112,17 @@ def _text_inches(texts: Sequence[str], size: float = 9) -> float:
     return max((len(t) for t in texts), default=0) * 0.62 * size / 72
 
 
+def _short(name: str, most: int) -> str:
+    """``name``, cut to ``most`` characters with "…" (a label must leave the chart room)."""
+    return name if len(name) <= most else name[:most - 1] + "…"
+
+
 def _margins(fig: Figure, left: float, right: float, top: float, bottom: float,
              **space: float) -> None:
-    """Margins in inches (what the labels around the axes need), as matplotlib's fractions."""
+    """Margins in inches (what the labels around the axes need, at most 40% of the width
+    each), as matplotlib's fractions."""
     width, height = fig.get_size_inches()
+    left, right = min(left, 0.4 * width), min(right, 0.4 * width)
     fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height,
                         bottom=bottom / height, **space)
 
@@ -137,8 +144,9 @@ def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95%
     """Horizontal bars, one per evaluator, with the interval and the figure written out."""
     if not items:
         return None
+    labels = [_short(b.label, 40) for b in items]
     fig = _figure(8, 0.9 + 0.45 * len(items), constrained=False)
-    _margins(fig, left=0.25 + _text_inches([b.label for b in items]),
+    _margins(fig, left=0.25 + _text_inches(labels),
              right=0.35 + _text_inches([b.text for b in items]), top=0.4, bottom=0.4)
     ax = fig.add_subplot()
     ys = list(range(len(items)))[::-1]
@@ -149,7 +157,7 @@ def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95%
                       [max(0.0, b.high - b.value) for b in items]])
     for y, b in zip(ys, items, strict=True):
         ax.text(1.02, y, b.text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
-    ax.set_yticks(ys, [b.label for b in items])
+    ax.set_yticks(ys, labels)
     ax.set_xlim(0, max(1.0, *(b.high for b in items)))
     ax.xaxis.set_major_formatter(_percent if all(b.is_rate for b in items) else _plain)
     ax.set_title(title, fontsize=11, loc="left")
@@ -188,7 +196,7 @@ def scores_chart(df: pd.DataFrame, summary: Summary) -> bytes | None:
     for i, (name, g) in enumerate(groups):
         ax = fig.add_subplot(rows, cols, i + 1)
         _histogram(ax, g)
-        ax.set_title(name if len(name) <= 32 else name[:31] + "…", fontsize=10, loc="left")
+        ax.set_title(_short(name, 32), fontsize=10, loc="left")
         _style(ax)
     fig.suptitle("Score distribution per evaluator", fontsize=11, x=0.01, ha="left")
     return png(fig)
