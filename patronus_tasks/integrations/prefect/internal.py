@@ -4,7 +4,7 @@
   client has no bulk way to record task runs or to ask which of a set of ids the server
   holds. ``POST /events`` (the event format of `events`, also internal), ``POST /logs/``,
   and the filter and count endpoints. Events and logs are sent by the retry loop's own
-  ``send`` with the headers Prefect's adds (CSRF, attribution): see `_post_once`. The
+  ``send`` with the headers Prefect's adds (CSRF, attribution): see `_send_once`. The
   contract test (tests/test_recording.py) runs the same calls through Prefect's own task
   engine and compares what the API returns; the Prefect range in pyproject.toml is what
   it passed on.
@@ -41,45 +41,44 @@ async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Respon
     return response
 
 
-async def _post_once(client: PrefectClient, path: str, **kwargs: Any) -> None:
-    """``POST`` once, its answer at once. Prefect's client, even with its retries set to 0,
-    sleeps a 429's ``Retry-After`` (a 502/503's back-off) before it hands the answer back:
-    the recorder, which waits that long itself, waited twice (a rate-limited server took
-    events at half the pace it allowed; measured with tests/prefect_gate.py)."""
+async def _send_once(client: PrefectClient, method: str, path: str,
+                     **kwargs: Any) -> httpx.Response:
+    """A request sent once, its answer at once. Prefect's client, even with its retries set
+    to 0, sleeps a 429's ``Retry-After`` (a 502/503's back-off, a minute in all with its
+    retries) before it hands the answer back: the recorder, which waits that long itself,
+    waited twice (a rate-limited server took events at half the pace it allowed; measured
+    with tests/prefect_gate.py)."""
     import httpx
 
     http: Any = client._client  # Prefect's subclass of httpx.AsyncClient
-    request = http.build_request("POST", path, **kwargs)
-    if getattr(http, "enable_csrf_support", False):  # what Prefect's `send` adds first
+    request = http.build_request(method, path, **kwargs)
+    if method != "GET" and getattr(http, "enable_csrf_support", False):  # as Prefect's `send`
         await http._add_csrf_headers(request=request)
     if hasattr(http, "_add_attribution_headers"):
         http._add_attribution_headers(request)
-    response = await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
-    response.raise_for_status()
+    return await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
 
 
 async def answers(client: PrefectClient) -> bool:
-    """Whether the server answers ``GET /health`` now (asked once: Prefect's client would
-    back off for a minute before it said no)."""
+    """Whether the server answers ``GET /health`` now (asked once)."""
     import httpx
 
-    http: Any = client._client
     try:
-        response = await httpx.AsyncClient.send(http, http.build_request("GET", "/health"))
+        return (await _send_once(client, "GET", "/health")).status_code == 200
     except httpx.HTTPError:
         return False
-    return response.status_code == 200
 
 
 async def post_events(client: PrefectClient, body: bytes) -> None:
     """Send a JSON array of events (already serialised) for the server to record, once."""
-    await _post_once(client, "/events", content=body,
-                     headers={"content-type": "application/json"})
+    response = await _send_once(client, "POST", "/events", content=body,
+                                 headers={"content-type": "application/json"})
+    response.raise_for_status()
 
 
 async def post_logs(client: PrefectClient, logs: list[dict[str, Any]]) -> None:
     """Send log records, once."""
-    await _post_once(client, "/logs/", json=logs)
+    (await _send_once(client, "POST", "/logs/", json=logs)).raise_for_status()
 
 
 async def count_task_runs(client: PrefectClient, body: dict[str, Any]) -> int:
