@@ -2,7 +2,7 @@
 with the posts of events: a server slow to take them (held), one that takes them and
 loses them (a restart), one that limits their rate (Prefect Cloud's 429s); and for what a
 test looks at or changes in them on their way (`Gate.on_events`), or a server slow to take
-logs (`Gate.log_delay`).
+logs (`Gate.log_delay`); and a busy database refusing flow runs (`Gate.busy_flow_runs`).
 
 Everything else passes through untouched; the recorder process of the experiment under
 test talks to the gate as to any Prefect API (``PREFECT_API_URL``).
@@ -52,6 +52,10 @@ class Gate:
     after_refusal: list[float] = field(default_factory=list)  # seconds until the next post
     asked: list[float] = field(default_factory=list)  # each refusal's Retry-After
     retry_after: float = 0.0
+    busy_flow_runs: int = 0  # posts of flow runs answered 503 (a busy database), the first ones
+    flow_run_posts: list[float] = field(default_factory=list)  # when each came
+    creating: int = 0  # posts of flow runs forwarded and not answered yet
+    most_creating: int = 0  # the most at once
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def release(self) -> None:
@@ -74,6 +78,20 @@ class Gate:
                 return 429, {"Retry-After": f"{self.retry_after:g}"}
             self.forwarded_events += events
             return None
+
+    def flow_run_post(self) -> bool:
+        """A post of a flow run came: whether to refuse it (busy), else it is forwarded."""
+        with self._lock:
+            self.flow_run_posts.append(time.monotonic())
+            if len(self.flow_run_posts) <= self.busy_flow_runs:
+                return True
+            self.creating += 1
+            self.most_creating = max(self.most_creating, self.creating)
+            return False
+
+    def flow_run_made(self) -> None:
+        with self._lock:
+            self.creating -= 1
 
     def _within_limit(self, now: float, events: int) -> bool:
         limit = self.limit
@@ -104,12 +122,23 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
                 return
             if self.command == "POST" and path == "/api/logs":
                 time.sleep(gate.log_delay)  # a server slow to take them
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-            upstream = client.request(self.command, gate.upstream.removesuffix("/api") + self.path,
-                                      content=body, headers=headers)
+            creating = self.command == "POST" and path == "/api/flow_runs"
+            if creating and gate.flow_run_post():
+                self._answer(503, {}, b'{"exception_message":"Service Unavailable"}')
+                return
+            try:
+                upstream = self._forward(body)
+            finally:
+                if creating:
+                    gate.flow_run_made()
             self._answer(upstream.status_code, {k: v for k, v in upstream.headers.items()
                                                 if k.lower() not in _HOP | {"content-encoding"}},
                          upstream.content)
+
+        def _forward(self, body: bytes) -> httpx.Response:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            return client.request(self.command, gate.upstream.removesuffix("/api") + self.path,
+                                  content=body, headers=headers)
 
         def _answer(self, status: int, headers: dict[str, str], data: bytes) -> None:
             self.send_response(status)

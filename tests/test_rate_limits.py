@@ -1,11 +1,13 @@
 """A server that limits the rate of events (Prefect Cloud answers 429 with Retry-After):
 every record arrives, at the pace it allows, never sooner than it asks; and a user who
 must spare such a server records only the calls that need a look (``record="failures"``).
+A busy database (SQLite refusing a write that met another) is asked again soon.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,28 @@ def test_a_rate_limited_server_gets_every_record_at_its_pace(
     assert min(gate.after_refusal) >= 0.95, waits
     assert sum(after < 2 * asked for after, asked in waits) > len(waits) / 2, waits
     assert "HTTP 429" in told and "events/min" in told and "nothing is dropped" in told, told
+
+
+def test_a_busy_database_is_asked_again_soon_and_flow_runs_are_made_one_at_a_time(
+        prefect_gate: Gate, results_dir: Path) -> None:
+    # A server on SQLite answers 503 without Retry-After to a flow run whose write met
+    # another's: asked again within a second here (Prefect's client waits 2, 4 then 8 s).
+    # Experiments started together make their flow runs one at a time (at once, all but
+    # one were refused: six flow runs came 2-13 s late).
+    gate = prefect_gate
+    gate.busy_flow_runs = 3
+    first = run_experiment("busy", data=_data(3), evaluators=[short], print_summary=False,
+                           results_dir=results_dir / "first")
+    assert first.wait_recorded(60)
+    posts = gate.flow_run_posts
+    assert len(posts) >= 3 + 1  # (the server itself may be busy too: more are fine)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(posts[:4])]
+    assert max(gaps) < 1.5, gaps
+    exps = [run_experiment("busy", data=_data(3), evaluators=[short], print_summary=False,
+                           results_dir=results_dir / str(i)) for i in range(6)]
+    assert all(exp.wait_recorded(60) for exp in exps)
+    assert len({exp.manifest.flow_run_id for exp in [first, *exps]}) == 7
+    assert gate.most_creating == 1
 
 
 @task

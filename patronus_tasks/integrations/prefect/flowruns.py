@@ -38,7 +38,7 @@ class Created:
 async def create(client: PrefectClient, opening: Opening) -> Created:
     """Create the experiment's flow run (Running), its series among its parameters."""
     series = await series_of(client, opening.project, opening.series, opening.parent)
-    flow_id = await client.create_flow_from_name(opening.flow_name)
+    flow_id = await internal.create_flow(client, opening.flow_name)
     parent_task_run = await _parent_task_run(client, opening) if opening.parent else None
     body = FlowRunCreate(
         flow_id=flow_id, name=opening.run_name,

@@ -3,8 +3,10 @@
 - The REST API through the client's HTTP client (``client._client``): Prefect's public
   client has no bulk way to record task runs or to ask which of a set of ids the server
   holds. ``POST /events`` (the event format of `events`, also internal), ``POST /logs/``,
-  and the filter and count endpoints. Events and logs are sent by the retry loop's own
-  ``send`` with the headers Prefect's adds (CSRF, attribution): see `_send_once`. The
+  the filter and count endpoints, and the flows and flow runs the recorder makes. Events
+  and logs are sent by the retry loop's own ``send`` with the headers Prefect's adds
+  (CSRF, attribution): see `_send_once`; other posts too while the database is busy
+  (`_post`). The
   contract test (tests/test_recording.py) runs the same calls through Prefect's own task
   engine and compares what the API returns; the Prefect range in pyproject.toml is what
   it passed on.
@@ -35,10 +37,37 @@ if TYPE_CHECKING:
 SERVER_MODULE = "prefect.server.api.server"
 
 
+#: Waits (seconds, each jittered by +-50%) before asking again after a busy database. A
+#: server on SQLite answers 503 without Retry-After when two writes meet ("database is
+#: locked", at once: SQLite does not wait for a read turned write). It clears within
+#: milliseconds, but Prefect's client asks again after 2, 4, 8, 16 and 32 s.
+_BUSY_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
 async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Response:
+    """``POST`` ``path``; a busy database asked again soon (`_BUSY_WAITS`), then through
+    Prefect's retry loop, which also takes refused connections and ``Retry-After``."""
+    import asyncio
+    import random
+
+    import httpx
+
+    for wait in _BUSY_WAITS:
+        try:
+            response = await _send_once(client, "POST", path, **kwargs)
+        except httpx.TransportError:
+            break
+        if not _busy(response):
+            response.raise_for_status()
+            return response
+        await asyncio.sleep(wait * random.uniform(0.5, 1.5))
     response = await client._client.post(path, **kwargs)
     response.raise_for_status()
     return response
+
+
+def _busy(response: httpx.Response) -> bool:
+    return response.status_code == 503 and "retry-after" not in response.headers
 
 
 async def _send_once(client: PrefectClient, method: str, path: str,
@@ -56,7 +85,12 @@ async def _send_once(client: PrefectClient, method: str, path: str,
         await http._add_csrf_headers(request=request)
     if hasattr(http, "_add_attribution_headers"):
         http._add_attribution_headers(request)
-    return await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
+    response = await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
+    # As Prefect's `send` marks it: only a client that got an answer once retries a refused
+    # connection (a server restarting). Unmarked, a post-run whose first answer came here
+    # (`answers`) lost its artifacts to a restart (tests/test_recorder_restarts.py).
+    http._has_connected = True
+    return response
 
 
 async def answers(client: PrefectClient) -> bool:
@@ -100,6 +134,12 @@ async def create_flow_run(client: PrefectClient, body: dict[str, Any]) -> dict[s
     """``POST /flow_runs/`` (the public client's takes a `Flow` object, which the recorder
     process does not have: the experiment's code runs elsewhere)."""
     return dict((await _post(client, "/flow_runs/", json=body)).json())
+
+
+async def create_flow(client: PrefectClient, name: str) -> str:
+    """``POST /flows/`` (what the public client's `create_flow_from_name` sends): the id of
+    the flow of that name, made if new."""
+    return str((await _post(client, "/flows/", json={"name": name})).json()["id"])
 
 
 async def create_task_run(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:

@@ -57,7 +57,12 @@ class Service:
         self.answers = answers
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self.publishing: asyncio.Lock | None = None  # one experiment's post-run at a time
+        # (asyncio's locks bind to the loop that first waits on them: made here, used there)
+        self.publishing = asyncio.Lock()  # one experiment's post-run at a time
+        #: One flow run created at a time: on SQLite, flow runs created at once made the
+        #: server refuse all but one (503, "database is locked"); 6 experiments started
+        #: together had their flow runs 2-13 s late (Prefect's client waits 2, 4, 8 s...).
+        self.creating = asyncio.Lock()
         self.orphan = False  # the experiment's process is gone
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -125,7 +130,8 @@ class Session:
         self._opened = self.service.start(self._open())
 
     async def _open(self) -> None:
-        created = await _until_created(self.o)
+        async with self.service.creating:
+            created = await _until_created(self.o)
         if created is None:
             return
         self.flow_run_id, self.parent_task_run = created.flow_run_id, created.parent_task_run
@@ -207,7 +213,7 @@ class Session:
             kind = Crashed if closing.why == _ORPHANED else Cancelled
             return postrun.Verdict(kind(message=f"interrupted: {closing.why}"))
         verdict = postrun.Verdict(Completed(message="the figures could not be published"))
-        assert self.service.publishing is not None and self.flow_run_id is not None
+        assert self.flow_run_id is not None
         async with self.service.publishing:  # the next run of a series compares with this one
             try:
                 await _until_answering(client)
@@ -347,7 +353,6 @@ def main() -> None:
     os.dup2(2, 1)  # print() of any library goes to stderr, not into the channel
     service = Service(answers)
     loop = _background.loop()
-    loop.call_soon_threadsafe(lambda: setattr(service, "publishing", asyncio.Lock()))
     source = sys.stdin.buffer
     while True:
         try:
