@@ -65,12 +65,13 @@ def _gated(backend: str, results_dir: Path, **options: Any) -> Any:
 @pytest.mark.heavy
 def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
                                                           results_dir: Path) -> None:
-    # Dask through a scheduler's address (one cluster for both runs: its two worker
-    # processes take seconds to start); test_object_store.py covers the local cluster made for you.
+    # Dask through a scheduler's address (one cluster for both runs, of one worker process:
+    # each takes seconds to start); test_object_store.py covers the local cluster made for
+    # you, its two worker processes and what each of them writes.
     from distributed import LocalCluster
 
     frames, records, again = {}, {}, {}
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster:
         for backend in ("local", "prefect", "dask"):
             where = {"dask_address": cluster.scheduler_address} if backend == "dask" else {}
             exp = _gated(backend, results_dir, **where)
