@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prefect.client.orchestration import get_client
 from prefect.logging import get_run_logger
 from prefect.states import State
 
@@ -19,6 +18,7 @@ from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.integrations.prefect import flowruns, postrun
 from patronus_tasks.integrations.prefect import runs as _runs
 from patronus_tasks.integrations.prefect.artifacts import Target
+from patronus_tasks.integrations.prefect.clients import get_client
 from patronus_tasks.integrations.prefect.opening import opening
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, ParentRun
 from patronus_tasks.integrations.prefect.taskrunner import OnTaskRunner

@@ -32,12 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import Backlog, still_needed
+from patronus_tasks.integrations.prefect.clients import get_client
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.integrations.prefect.pace import Pace, RateLimited
 from patronus_tasks.settings import STALL_SECONDS

@@ -23,7 +23,7 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks import settings
@@ -31,6 +31,7 @@ from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import background as _background
 from patronus_tasks.integrations.prefect import flowruns, internal, server_hook
 from patronus_tasks.integrations.prefect.channel import read_frame, write_frame
+from patronus_tasks.integrations.prefect.clients import get_client
 from patronus_tasks.integrations.prefect.progress import ProgressArtifact
 from patronus_tasks.integrations.prefect.protocol import (
     CallItem,

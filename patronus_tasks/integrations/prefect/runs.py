@@ -11,12 +11,13 @@ from typing import Any, TypeVar
 
 from prefect import flow
 from prefect import tags as prefect_tags
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import count_task_runs_by_id
+from patronus_tasks.integrations.prefect.clients import get_client
 
 T = TypeVar("T")
 logger = logging.getLogger("patronus_tasks")
