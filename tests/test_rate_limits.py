@@ -73,9 +73,9 @@ def test_a_busy_database_is_asked_again_soon_and_flow_runs_are_made_one_at_a_tim
     gaps = [later - earlier for earlier, later in itertools.pairwise(posts[:4])]
     assert max(gaps) < 1.5, gaps
     exps = [run_experiment("busy", data=_data(3), evaluators=[short], print_summary=False,
-                           results_dir=results_dir / str(i)) for i in range(6)]
+                           results_dir=results_dir / str(i)) for i in range(4)]
     assert all(exp.wait_recorded(60) for exp in exps)
-    assert len({exp.manifest.flow_run_id for exp in [first, *exps]}) == 7
+    assert len({exp.manifest.flow_run_id for exp in [first, *exps]}) == 5
     assert gate.most_creating == 1
 
 
