@@ -46,7 +46,9 @@ _BUSY_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Response:
     """``POST`` ``path``; a busy database asked again soon (`_BUSY_WAITS`), then through
-    Prefect's retry loop, which also takes refused connections and ``Retry-After``."""
+    Prefect's retry loop, which also takes ``Retry-After`` and, for a client that had an
+    answer before, refused connections (one that never had fails at once, as in Prefect:
+    asked twice, a server that answers nothing took twice its ~1.5 s per try)."""
     import asyncio
     import random
 
@@ -56,6 +58,8 @@ async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Respon
         try:
             response = await _send_once(client, "POST", path, **kwargs)
         except httpx.TransportError:
+            if not getattr(client._client, "_has_connected", False):
+                raise
             break
         if not _busy(response):
             response.raise_for_status()

@@ -13,6 +13,7 @@ experiment whose rows were not done Crashed, and exits; ``stop`` ends it at once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -60,10 +61,13 @@ class Service:
         self._lock = threading.Lock()
         # (asyncio's locks bind to the loop that first waits on them: made here, used there)
         self.publishing = asyncio.Lock()  # one experiment's post-run at a time
-        #: One flow run created at a time: on SQLite, flow runs created at once made the
-        #: server refuse all but one (503, "database is locked"); 6 experiments started
-        #: together had their flow runs 2-13 s late (Prefect's client waits 2, 4, 8 s...).
+        #: One flow run created at a time once the server has answered: on SQLite, flow
+        #: runs created at once made it refuse all but one (503, "database is locked"); 6
+        #: experiments started together had their flow runs 2-13 s late (Prefect's client
+        #: waits 2, 4, 8 s...). Not before: tries against a server that answers nothing
+        #: (~1.5 s each) would wait for each other's.
         self.creating = asyncio.Lock()
+        self.answered = False
         self.orphan = False  # the experiment's process is gone
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -131,8 +135,7 @@ class Session:
         self._opened = self.service.start(self._open())
 
     async def _open(self) -> None:
-        async with self.service.creating:
-            created = await _until_created(self.o)
+        created = await _until_created(self.o, self.service)
         if created is None:
             return
         self.flow_run_id, self.parent_task_run = created.flow_run_id, created.parent_task_run
@@ -247,15 +250,18 @@ class Session:
         await flowruns.finish(client, self.flow_run_id, verdict.state, self.parent_task_run)
 
 
-async def _until_created(opening: Opening) -> flowruns.Created | None:
+async def _until_created(opening: Opening, service: Service) -> flowruns.Created | None:
     """Create the experiment's flow run, trying again while the server does not answer
     (starting, restarting) for up to `settings.unanswered_seconds`; None (said why) if it
-    never did."""
+    never did. One try at a time once the server has answered (`Service.creating`)."""
     deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
     while True:
         try:
-            async with get_client() as client:
-                return await flowruns.create(client, opening)
+            one_at_a_time = service.creating if service.answered else contextlib.nullcontext()
+            async with one_at_a_time, get_client() as client:
+                created = await flowruns.create(client, opening)
+            service.answered = True
+            return created
         except ExperimentError as exc:  # the built-in server did not start: it says why
             logger.error("%s", exc)
             return None
