@@ -1,10 +1,11 @@
 """Text-to-SQL evaluation: run each row's generated SQL against a bundled shop database
-and compare the result set with the gold query's.
+and compare the result set with the gold query's (`sql_result_match`), and the query
+itself with the gold one once both are normalised (`sql_equivalent`).
 
 Runs offline: the "model output" is the SQL in the dataset's ``query`` column, as if a
-model had written it (the task stands in for the model call). Rows that are not SQL
-(``language != "sql"``) return None from the task, which skips their evaluators (the
-reference's conditional task).
+model had written it (the task stands in for the model call, and runs the SQL: a query
+that fails is the task's error). Rows that are not SQL (``language != "sql"``) return
+None from the task, which skips their evaluators (the reference's conditional task).
 
 Besides the per-row verdicts, two dataset-level metrics: precision, recall and F1 of
 the result rows over the whole dataset (micro-averaged: a query returning 1,000 rows
@@ -18,21 +19,21 @@ beside the results); ``repeats=N`` runs every question N times.
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 from prefect.states import Completed, State
 
-from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+from patronus_tasks import Row, TaskResult, run_experiment, task
+from patronus_tasks.evaluators import sql_equivalent, sql_result_match
+from patronus_tasks.evaluators.sql import Database, run_query
 from patronus_tasks.metrics import accuracy_by, metric
 from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
 
 HERE = Path(__file__).resolve().parent
 SCHEMA = HERE.parent / "datasets" / "text_to_sql" / "shop.sql"
+SHOP = Database(SCHEMA, "sqlite")
 
 
 def in_project(path: str) -> Path:
@@ -42,60 +43,30 @@ def in_project(path: str) -> Path:
     return here if here.is_absolute() or here.exists() else HERE.parent / here
 
 
-@cache
-def _script() -> str:
-    return SCHEMA.read_text(encoding="utf-8")
-
-
-def execute_sql(query: str) -> dict[str, Any]:
-    """Run ``query`` on a fresh in-memory copy of the shop database."""
-    with sqlite3.connect(":memory:") as db:
-        db.executescript(_script())
-        cursor = db.execute(query)
-        columns = [c[0] for c in cursor.description or []]
-        return {"columns": columns, "rows": [list(r) for r in cursor.fetchall()]}
-
-
-def _normalised(rows: list[list[Any]], ordered: bool) -> list[tuple[Any, ...]]:
-    cells = [tuple(round(v, 2) if isinstance(v, float) else v for v in r) for r in rows]
-    return cells if ordered else sorted(cells, key=repr)
-
-
 @task
 def perform_sql_query(row: Row) -> TaskResult | None:
-    """Execute the row's SQL; rows that are not SQL are skipped."""
+    """The row's SQL as the model's answer, once it has run; rows that are not SQL are skipped."""
     if row.language != "sql":
         return None
-    result = execute_sql(row.query)
-    return TaskResult(
-        evaluated_model_output=json.dumps(result),
-        metadata={"row_count": len(result["rows"]), "sql": row.query},
-        tags={"language": "sql"},
-    )
+    rows = run_query(SHOP, row.query, timeout=10)
+    return TaskResult(evaluated_model_output=row.query, metadata={"row_count": len(rows)},
+                      tags={"language": "sql"})
 
 
-@evaluator(criteria="same result set as the gold query (order matters only with ORDER BY)")
-def result_matches_gold(task_result: TaskResult, evaluated_model_gold_answer: str) -> EvaluationResult:
-    got = json.loads(task_result.evaluated_model_output or "{}")["rows"]
-    ordered = "order by" in evaluated_model_gold_answer.lower()
-    want = execute_sql(evaluated_model_gold_answer)["rows"]
-    same = _normalised(got, ordered) == _normalised(want, ordered)
-    return EvaluationResult(
-        pass_=same, score_raw=float(same),
-        explanation=None if same else f"expected {len(want)} rows {want[:3]}..., got {got[:3]}...",
-    )
+#: Result sets compared to two decimals (averages of prices), in order only where the
+#: gold query orders.
+result_matches_gold = sql_result_match(SCHEMA, float_tolerance=0.01, name="result_matches_gold")
+same_query = sql_equivalent(dialect="sqlite", name="same_query")
 
 
-@evaluator(criteria="Jaccard overlap of result rows with the gold query's rows")
-def row_overlap(task_result: TaskResult, evaluated_model_gold_answer: str) -> float:
-    got = set(_normalised(json.loads(task_result.evaluated_model_output or "{}")["rows"], False))
-    want = set(_normalised(execute_sql(evaluated_model_gold_answer)["rows"], False))
-    union = got | want
-    return len(got & want) / len(union) if union else 1.0
-
-
-def _rows(output: str | None) -> set[tuple[Any, ...]]:
-    return set(_normalised(json.loads(output)["rows"], False)) if output else set()
+def _rows(query: str | None) -> set[tuple[Any, ...]]:
+    if not query:
+        return set()
+    try:
+        return {tuple(round(v, 2) if isinstance(v, float) else v for v in r)
+                for r in run_query(SHOP, query, timeout=10)}
+    except Exception:  # a query that fails returned no rows
+        return set()
 
 
 @metric
@@ -107,7 +78,7 @@ def result_rows(outputs: list[str | None], gold_answers: list[str | None]) -> di
     for output, gold in zip(outputs, gold_answers, strict=True):
         if not gold:
             continue
-        got, want = _rows(output), set(_normalised(execute_sql(gold)["rows"], False))
+        got, want = _rows(output), _rows(gold)
         found, wanted, both = found + len(got), wanted + len(want), both + len(got & want)
     precision, recall = both / found if found else 0.0, both / wanted if wanted else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -151,7 +122,7 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
     """
     experiment = run_experiment(
         project, data=in_project(dataset), task=perform_sql_query,
-        evaluators=[result_matches_gold, row_overlap], tags={"suite": "text-to-sql"},
+        evaluators=[result_matches_gold, same_query], tags={"suite": "text-to-sql"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, fail_on_regression=fail_on_regression,
         cache=True if cache else None, repeats=repeats, metrics=METRICS,

@@ -55,7 +55,7 @@ def test_main_job_prints_summary_and_keeps_every_task_run(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, str(ROOT / "flows" / "text_to_sql.py")], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "result_matches_gold [link 0]" in out.stdout and "row_overlap [link 0]" in out.stdout
+    assert "result_matches_gold [link 0]" in out.stdout and "same_query [link 0]" in out.stdout
     assert "Samples: 12   Task errors: 1   Evaluator errors: 0   Skipped tasks: 2" in out.stdout
     path = Path(out.stdout.split("Results: ")[1].split()[0])
     assert path.is_file() and (tmp_path / "results") in path.parents

@@ -1,0 +1,45 @@
+"""Ready evaluators: the judgments users would otherwise write by hand.
+
+Each name is a factory returning an ordinary `Evaluator` of this package, named after the
+factory (or ``name=``): use it in ``evaluators=[...]``, in chains, with ``cache=``,
+repeats and gates like your own. Every option has a documented default and a wrong one
+is a `ConfigError` at construction. They read the output (the task's, or the dataset's
+``evaluated_model_output`` without a task) and, where they need it, the gold answer
+(``evaluated_model_gold_answer``: one text, or a list of acceptable ones), the input or
+the retrieved context. Scores are in [0, 1]; ``pass`` is ``score >= threshold`` unless
+the check is a yes/no one (score 1 or 0).
+
+- text (`text`): `exact_match`, `contains`, `regex`, `numeric_close`, `token_f1`, `refusal`
+- similarity (`similarity`): `string_similarity` (rapidfuzz), `rouge` (rouge-score),
+  `bleu` and `chrf` (sacrebleu)
+- JSON (`structured`): `json_valid`, `json_schema` (jsonschema), `json_equal`
+- SQL (`sql`): `sql_result_match`, `sql_equivalent` (sqlglot)
+- safety (`safety`): `pii`
+
+Nothing here imports Prefect; the libraries beneath are imported on first use.
+"""
+
+from patronus_tasks.evaluators.safety import pii
+from patronus_tasks.evaluators.similarity import bleu, chrf, rouge, string_similarity
+from patronus_tasks.evaluators.sql import sql_equivalent, sql_result_match
+from patronus_tasks.evaluators.structured import json_equal, json_schema, json_valid
+from patronus_tasks.evaluators.text import contains, exact_match, numeric_close, refusal, regex, token_f1
+
+__all__ = [
+    "bleu",
+    "chrf",
+    "contains",
+    "exact_match",
+    "json_equal",
+    "json_schema",
+    "json_valid",
+    "numeric_close",
+    "pii",
+    "refusal",
+    "regex",
+    "rouge",
+    "sql_equivalent",
+    "sql_result_match",
+    "string_similarity",
+    "token_f1",
+]

@@ -1,0 +1,175 @@
+"""JSON checks, offline: valid JSON, valid against a JSON Schema (the `jsonschema`
+library), equal to the gold answer's JSON (key order ignored, a partial score).
+
+An output in a Markdown code fence (```json ... ```), as chat models often answer, is
+read from inside the fence unless ``strip_fences=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from patronus_tasks.define.step_results import EvaluationResult
+from patronus_tasks.evaluators.base import Check, check_bool, check_threshold, cut, no_output, scored, verdict
+from patronus_tasks.exceptions import ConfigError, DatasetError
+
+_FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+_MAX_ERRORS = 10
+
+
+def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
+    """``text`` parsed, or (None, what is wrong with it)."""
+    if strip_fences and (fenced := _FENCE.match(text)):
+        text = fenced.group(1)
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+
+
+class JsonValid(Check):
+    factory = "json_valid"
+
+    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
+        if (empty := no_output(evaluated_model_output)) is not None:
+            return empty
+        assert evaluated_model_output is not None
+        _, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
+        return verdict(problem is None, problem)
+
+
+def json_valid(*, strip_fences: bool = True, **step: Any) -> JsonValid:
+    """The output parses as JSON (``json.loads``; inside a Markdown code fence when
+    ``strip_fences``). Score 1 or 0; a failure says where the JSON breaks."""
+    return JsonValid({"strip_fences": check_bool("json_valid", "strip_fences", strip_fences)},
+                     "is valid JSON", step)
+
+
+def _load_schema(schema: Any) -> dict[str, Any]:
+    if isinstance(schema, Path) or (isinstance(schema, str) and not schema.lstrip().startswith("{")):
+        path = Path(schema)
+        if not path.is_file():
+            raise ConfigError(f"json_schema: schema {str(schema)!r} is neither a JSON Schema "
+                              "(a dict or JSON text) nor a file; give one of those.")
+        schema = path.read_text(encoding="utf-8")
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"json_schema: the schema is not valid JSON: {exc}.") from None
+    if not isinstance(schema, dict | bool):
+        raise ConfigError(f"json_schema: schema must be a dict, JSON text or a file path, "
+                          f"not {type(schema).__name__}.")
+    return schema  # type: ignore[return-value]
+
+
+class JsonSchema(Check):
+    factory = "json_schema"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_validator"}
+
+    def _validator(self) -> Any:
+        found = self.__dict__.get("_validator")
+        if found is None:
+            import jsonschema
+
+            schema = self.options["schema"]
+            found = self.__dict__["_validator"] = jsonschema.validators.validator_for(schema)(schema)
+        return found
+
+    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
+        if (empty := no_output(evaluated_model_output)) is not None:
+            return empty
+        assert evaluated_model_output is not None
+        value, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
+        if problem is not None:
+            return verdict(False, problem)
+        errors = sorted(self._validator().iter_errors(value), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return verdict(True)
+        lines = [f"{_where(e.absolute_path)}: {cut(e.message, 200)}" for e in errors[:_MAX_ERRORS]]
+        more = f"\n(+{len(errors) - _MAX_ERRORS} more)" if len(errors) > _MAX_ERRORS else ""
+        return verdict(False, f"{len(errors)} schema error(s):\n" + "\n".join(lines) + more,
+                       errors=len(errors))
+
+
+def _where(path: Any) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def json_schema(schema: dict[str, Any] | str | Path, *, strip_fences: bool = True,
+                **step: Any) -> JsonSchema:
+    """The output is JSON valid against ``schema`` (a dict, JSON text or a file path),
+    checked with the `jsonschema` library in the draft the schema's ``$schema`` names
+    (2020-12 without one). A failure lists each error with where it is (``$.items[2].price:
+    -1 is less than the minimum of 0``; the first 10). The schema itself is checked at
+    construction. Score 1 or 0."""
+    import jsonschema
+
+    loaded = _load_schema(schema)
+    try:
+        jsonschema.validators.validator_for(loaded).check_schema(loaded)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(f"json_schema: the schema is not a valid JSON Schema: {exc.message} "
+                          f"(at {_where(exc.absolute_path)}).") from None
+    title = loaded.get("title") if isinstance(loaded, dict) else None
+    return JsonSchema({"schema": loaded, "strip_fences": check_bool("json_schema", "strip_fences",
+                                                                     strip_fences)},
+                      f"is valid against the JSON schema{f' {title!r}' if title else ''}", step)
+
+
+def similarity(a: Any, b: Any) -> float:
+    """How much of two JSON values agrees, in [0, 1]: objects by the mean over the union of
+    their keys (a missing key 0), arrays position by position over the longer, numbers
+    equal by value (1 and 1.0 alike), anything else equal or not."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = a.keys() | b.keys()
+        return sum(similarity(a[k], b[k]) for k in keys if k in a and k in b) / len(keys) if keys else 1.0
+    if isinstance(a, list) and isinstance(b, list):
+        longest = max(len(a), len(b))
+        return sum(similarity(x, y) for x, y in zip(a, b, strict=False)) / longest if longest else 1.0
+    if _number(a) and _number(b):
+        return float(math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0))
+    return float(type(a) is type(b) and a == b)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+class JsonEqual(Check):
+    factory = "json_equal"
+
+    def evaluate(self, evaluated_model_gold_answer: Any,
+                 evaluated_model_output: str | None = None) -> EvaluationResult:
+        if (empty := no_output(evaluated_model_output)) is not None:
+            return empty
+        assert evaluated_model_output is not None
+        got, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
+        if problem is not None:
+            return verdict(False, f"the output is {problem}", score=0.0)
+        want = evaluated_model_gold_answer
+        if isinstance(want, str):
+            want, problem = parse_json(want, True)
+            if problem is not None:
+                raise DatasetError(f"json_equal: the gold answer is {problem}; fix the dataset's "
+                                   "evaluated_model_gold_answer (it must be JSON).")
+        score = similarity(got, want)
+        return scored(score, self.options["threshold"],
+                      None if score == 1 else f"{score:.1%} of the gold JSON agrees")
+
+
+def json_equal(*, threshold: float = 1.0, strip_fences: bool = True, **step: Any) -> JsonEqual:
+    """The output's JSON equals the gold answer's (JSON text, or a value), key order
+    ignored. The score is the share that agrees (objects: the mean over the union of their
+    keys; arrays: position by position; numbers by value), so a nearly right object scores
+    near 1; passes at ``threshold`` (default: all of it)."""
+    owner = "json_equal"
+    return JsonEqual({"threshold": check_threshold(owner, threshold),
+                      "strip_fences": check_bool(owner, "strip_fences", strip_fences)},
+                     "the same JSON as the gold answer", step)

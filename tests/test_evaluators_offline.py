@@ -1,0 +1,406 @@
+"""The ready offline evaluators (patronus_tasks.evaluators): each against cases whose truth
+is known, the metric ones equal to the reference libraries on the same strings."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import sqlite3
+import string
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patronus_tasks import ConfigError, DatasetError, run_experiment, task
+from patronus_tasks.evaluators import (
+    bleu,
+    chrf,
+    contains,
+    exact_match,
+    json_equal,
+    json_schema,
+    json_valid,
+    numeric_close,
+    pii,
+    refusal,
+    regex,
+    rouge,
+    sql_equivalent,
+    sql_result_match,
+    string_similarity,
+    token_f1,
+)
+
+LOCAL: dict[str, Any] = dict(backend="local", print_summary=False, html_report=False)
+PAIRS = [("the cat sat on the mat", "the cat is on the mat"),
+         ("Paris is the capital of France.", "The capital of France is Paris"),
+         ("kitten", "sitting"), ("a b c d e f", "f e d c b a"), ("", "nothing here"),
+         ("Der schnelle braune Fuchs", "The quick brown fox")]
+
+
+def judge(ev: Any, output: str | None, gold: Any = None) -> Any:
+    kwargs = {"evaluated_model_output": output}
+    if "evaluated_model_gold_answer" in ev.signature.names:
+        kwargs["evaluated_model_gold_answer"] = gold
+    return ev.evaluate(**kwargs)
+
+
+# The reference libraries' values, on the same strings.
+
+@pytest.mark.parametrize(("out", "gold"), PAIRS)
+def test_string_similarity_is_rapidfuzz(out: str, gold: str) -> None:
+    from rapidfuzz import fuzz
+    from rapidfuzz.distance import JaroWinkler, Levenshtein
+
+    def score(**options: Any) -> float:
+        return float(judge(string_similarity(**options), out, gold).score_raw)
+
+    assert score() == Levenshtein.normalized_similarity(out, gold)
+    assert score(metric="jaro_winkler") == JaroWinkler.similarity(out, gold)
+    assert score(metric="token_set") == fuzz.token_set_ratio(out, gold) / 100
+
+
+@pytest.mark.parametrize(("out", "gold"), PAIRS)
+def test_rouge_is_rouge_score(out: str, gold: str) -> None:
+    from rouge_score import rouge_scorer
+
+    for kind in ("rouge1", "rouge2", "rougeL"):
+        want = rouge_scorer.RougeScorer([kind]).score(gold, out)[kind].fmeasure
+        assert judge(rouge(kind=kind), out, gold).score_raw == want
+    stemmed = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(gold, out)["rougeL"]
+    assert judge(rouge(use_stemmer=True), out, gold).score_raw == stemmed.fmeasure
+
+
+@pytest.mark.parametrize(("out", "gold"), PAIRS)
+def test_bleu_and_chrf_are_sacrebleu(out: str, gold: str) -> None:
+    import sacrebleu
+
+    assert judge(bleu(), out, gold).score_raw == sacrebleu.sentence_bleu(out, [gold]).score / 100
+    assert judge(chrf(), out, gold).score_raw == sacrebleu.sentence_chrf(out, [gold]).score / 100
+    plus = sacrebleu.sentence_chrf(out, [gold], word_order=2).score / 100
+    assert judge(chrf(word_order=2), out, gold).score_raw == plus
+
+
+def test_several_gold_answers_are_references_or_the_best() -> None:
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    out, golds = "the cat sat on the mat", ["a dog ran", "the cat is on the mat"]
+    assert judge(bleu(), out, golds).score_raw == sacrebleu.sentence_bleu(out, golds).score / 100
+    best = rouge_scorer.RougeScorer(["rougeL"]).score(golds[1], out)["rougeL"].fmeasure
+    assert judge(rouge(), out, '["a dog ran", "the cat is on the mat"]').score_raw == best
+    assert judge(exact_match(), "A dog ran", golds).pass_ is True
+
+
+# SQuAD's official evaluation script (v2.0), as published: the reference for token_f1.
+
+def _squad_normalize(s: str) -> str:
+    def remove_articles(text: str) -> str:
+        return re.compile(r"\b(a|an|the)\b", re.UNICODE).sub(" ", text)
+
+    def white_space_fix(text: str) -> str:
+        return " ".join(text.split())
+
+    def remove_punc(text: str) -> str:
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+
+def _squad_f1(a_gold: str, a_pred: str) -> float:
+    gold_toks, pred_toks = _squad_normalize(a_gold).split(), _squad_normalize(a_pred).split()
+    common = Counter(gold_toks) & Counter(pred_toks)
+    num_same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    if num_same == 0:
+        return 0
+    precision, recall = 1.0 * num_same / len(pred_toks), 1.0 * num_same / len(gold_toks)
+    return (2 * precision * recall) / (precision + recall)
+
+
+@pytest.mark.parametrize(("out", "gold"), [*PAIRS, ("The Eiffel Tower!", "eiffel tower"),
+                                           ("an apple, a pear", "The apple and the pear")])
+def test_token_f1_is_squads(out: str, gold: str) -> None:
+    result = judge(token_f1(), out, gold)
+    assert result.score_raw == pytest.approx(_squad_f1(gold, out), abs=1e-15)
+    assert result.pass_ is (result.score_raw >= 0.5)
+
+
+# Text checks.
+
+@pytest.mark.parametrize(("options", "out", "gold", "passed"), [
+    ({}, "  Paris ", "paris", True),
+    ({"ignore_case": False}, "Paris", "paris", False),
+    ({}, "New   York", "new york", True),
+    ({"ignore_whitespace": False}, "New   York", "New York", False),
+    ({"ignore_whitespace": "surrounding"}, " New  York ", "New York", False),
+    ({"ignore_whitespace": "all"}, "N e w York", "NewYork", True),
+    ({}, "\uff30\uff41\uff52\uff49\uff53", "Paris", True),
+    ({"normalize_unicode": False}, "\uff30\uff41\uff52\uff49\uff53", "Paris", False),
+    ({}, "Paris.", "Paris", False),
+    ({"ignore_punctuation": True}, "Paris!", "«Paris»", True),
+])
+def test_exact_match_options(options: dict[str, Any], out: str, gold: str, passed: bool) -> None:
+    result = judge(exact_match(**options), out, gold)
+    assert result.pass_ is passed and result.score_raw == float(passed)
+    assert passed or "expected 'paris'" in result.explanation.lower() or result.explanation
+
+
+def test_contains_regex_refusal() -> None:
+    assert judge(contains(), "It is Paris, France", "paris").pass_
+    assert not judge(contains(ignore_case=False), "It is Paris", "paris").pass_
+    assert judge(contains("tower"), "The Eiffel Tower").pass_
+    assert judge(contains(any_of=["x", "tower"]), "The Eiffel Tower").pass_
+    missing = judge(contains(all_of=["eiffel", "rome"]), "The Eiffel Tower")
+    assert not missing.pass_ and "'rome'" in missing.explanation
+    assert judge(regex(r"\d{3}-\d{4}"), "call 555-1234 now").pass_
+    assert not judge(regex(r"\d+", full_match=True), "abc 123").pass_
+    assert judge(regex(r"yes", flags=re.I), "YES").pass_
+    for said in ("I'm sorry, but I can't help with that.", "I cannot provide that information.",
+                 "As an AI language model, I cannot browse the web.", "I must decline.", ""):
+        assert judge(refusal(), said).pass_, said
+    for said in ("Sure! The capital is Paris.", "I can help with that: here it is.",
+                 "Sorry for the delay, the answer is 42."):
+        assert not judge(refusal(), said).pass_, said
+        assert judge(refusal(expect=False), said).pass_, said
+
+
+@pytest.mark.parametrize(("options", "out", "gold", "passed"), [
+    ({}, "The total is 1,234.50 USD", "1234.5", True),
+    ({}, "about 41.9", 42, False),
+    ({"abs_tol": 0.5}, "about 41.9", 42, True),
+    ({"rel_tol": 0.01}, "99.5", "100", True),
+    ({}, "first 3 then 7", "7", True),
+    ({"pick": "first"}, "first 3 then 7", "7", False),
+    ({"pick": "only"}, "first 3 then 7", "7", False),
+    ({}, "-2.5e3 degrees", "-2500", True),
+    ({}, "no number at all", "3", False),
+])
+def test_numeric_close(options: dict[str, Any], out: str, gold: Any, passed: bool) -> None:
+    assert judge(numeric_close(**options), out, gold).pass_ is passed
+
+
+def test_numeric_close_gold_without_number_is_the_rows_error() -> None:
+    with pytest.raises(DatasetError, match="evaluated_model_gold_answer"):
+        judge(numeric_close(), "3", "three")
+
+
+# JSON.
+
+SCHEMA = {"type": "object", "required": ["name", "items"],
+          "properties": {"name": {"type": "string"},
+                         "items": {"type": "array", "items": {"type": "object", "properties": {
+                             "price": {"type": "number", "minimum": 0}}}}}}
+
+
+def test_json_valid_and_schema() -> None:
+    assert judge(json_valid(), '```json\n{"a": [1, 2]}\n```').pass_
+    assert not judge(json_valid(strip_fences=False), '```json\n{"a": 1}\n```').pass_
+    bad = judge(json_valid(), '{"a": 1,}')
+    assert not bad.pass_ and "line 1 column" in bad.explanation
+    assert judge(json_schema(SCHEMA), '{"name": "x", "items": [{"price": 2}]}').pass_
+    result = judge(json_schema(SCHEMA), '{"items": [{"price": 2}, {"price": -1}]}')
+    assert not result.pass_ and result.metadata == {"errors": 2}
+    assert "$: 'name' is a required property" in result.explanation
+    assert "$.items[1].price: -1 is less than the minimum of 0" in result.explanation
+
+
+def test_json_schema_from_a_file_and_a_bad_schema(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text('{"type": "integer"}')
+    assert judge(json_schema(path), "3").pass_ and not judge(json_schema(str(path)), '"3"').pass_
+    with pytest.raises(ConfigError, match="not a valid JSON Schema"):
+        json_schema({"type": "no-such-type"})
+
+
+def test_json_equal_ignores_key_order_and_scores_partial_matches() -> None:
+    gold = '{"a": 1, "b": {"c": [1, 2, 3], "d": "x"}}'
+    assert judge(json_equal(), '{"b": {"d": "x", "c": [1, 2, 3]}, "a": 1.0}', gold).score_raw == 1
+    # a: 1; b: mean of c (2 of 3 positions) and d (1) = 5/6; top: (1 + 5/6) / 2
+    partial = judge(json_equal(), '{"a": 1, "b": {"c": [1, 2, 4], "d": "x"}}', gold)
+    assert partial.score_raw == pytest.approx((1 + (2 / 3 + 1) / 2) / 2) and not partial.pass_
+    assert judge(json_equal(threshold=0.9), '{"a": 1, "b": {"c": [1, 2, 4], "d": "x"}}', gold).pass_
+    assert judge(json_equal(), "not json", gold).score_raw == 0
+    assert judge(json_equal(), '{"a": true}', '{"a": 1}').score_raw == 0  # true is not 1
+
+
+# Safety.
+
+def test_pii_finds_kinds_and_never_says_the_values() -> None:
+    text = ("Write to jane.roe@example.org or call +1 (415) 555-2671; card 4111 1111 1111 1111; "
+            "IBAN GB82 WEST 1234 5698 7654 32; from 10.0.0.12 and 2001:db8::1")
+    result = judge(pii(), text)
+    assert not result.pass_
+    assert result.metadata == {"found": {"email": 1, "iban": 1, "credit_card": 1,
+                                         "ip_address": 2, "phone": 1}}
+    for secret in ("jane", "example.org", "4111", "2671", "GB82", "10.0.0.12", "db8"):
+        assert secret not in result.explanation
+    assert judge(pii(kinds=["email"]), "call +1 415 555 2671").pass_
+    # No check digit, no card; no valid IBAN; dates, versions, prices are no PII.
+    assert judge(pii(), "card 4111 1111 1111 1112, GB00 WEST 1234 5698 7654 32, on 2024-05-01, "
+                        "version 3.2.1, 1,234.50 USD, 999.1.1.1").pass_
+
+
+# SQL.
+
+SHOP = """CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, kind TEXT);
+INSERT INTO items VALUES (1, 'pen', 1.5, 'office'), (2, 'desk', 120.0, 'office'),
+  (3, 'apple', 0.333, 'food'), (4, 'pear', 0.5, 'food');"""
+
+
+@pytest.mark.parametrize(("out", "gold", "options", "passed"), [
+    ("SELECT name FROM items WHERE kind='food'", "SELECT name FROM items WHERE kind = 'food'", {}, True),
+    ("SELECT name FROM items ORDER BY name DESC", "SELECT name FROM items", {}, True),  # gold unordered
+    ("SELECT name FROM items ORDER BY name DESC", "SELECT name FROM items ORDER BY name", {}, False),
+    ("SELECT name FROM items ORDER BY name", "SELECT name FROM items ORDER BY name", {}, True),
+    ("SELECT kind FROM items", "SELECT DISTINCT kind FROM items", {}, True),  # as sets
+    ("SELECT kind FROM items", "SELECT DISTINCT kind FROM items", {"compare": "bag"}, False),
+    ("SELECT 1.0 / 3", "SELECT price FROM items WHERE id = 3", {}, False),
+    ("SELECT 1.0 / 3", "SELECT price FROM items WHERE id = 3", {"float_tolerance": 1e-3}, True),
+    ("SELECT COUNT(*) FROM items", "SELECT 4", {}, True),
+    ("SELECT name FROM itemz", "SELECT name FROM items", {}, False),
+])
+def test_sql_result_match(out: str, gold: str, options: dict[str, Any], passed: bool) -> None:
+    result = judge(sql_result_match(SHOP, **options), out, gold)
+    assert result.pass_ is passed, result.explanation
+    if "itemz" in out:
+        assert "no such table: itemz" in result.explanation
+
+
+def test_sql_result_match_on_copies_of_files_and_factories(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(SHOP)
+    conn.close()
+    check = sql_result_match(db)
+    # A query that changes data changes nothing for the next one, nor the file.
+    assert not judge(check, "DELETE FROM items", "SELECT COUNT(*) FROM items").pass_
+    assert judge(check, "SELECT 4", "SELECT COUNT(*) FROM items").pass_
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM items").fetchone() == (4,)
+
+    def fresh() -> sqlite3.Connection:
+        conn = sqlite3.connect(":memory:")
+        conn.executescript(SHOP)
+        return conn
+
+    assert judge(sql_result_match(fresh), "SELECT max(price) FROM items", "SELECT 120").pass_
+    with pytest.raises(DatasetError, match="gold query fails"):
+        judge(sql_result_match(fresh), "SELECT 1", "SELECT nope FROM items")
+
+
+def test_sql_result_match_on_duckdb(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "shop.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE t (x DECIMAL(10, 2)); INSERT INTO t VALUES (1.25), (2.50)")
+    conn.close()
+    assert judge(sql_result_match(path), "SELECT sum(x) FROM t", "SELECT 3.75").pass_
+    assert judge(sql_result_match("CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2);",
+                                  engine="duckdb"), "SELECT list(x ORDER BY x) FROM t",
+                 "SELECT [1, 2]").pass_
+
+
+def test_sql_result_match_stops_a_runaway_query() -> None:
+    runaway = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+               "SELECT count(*) FROM c")
+    result = judge(sql_result_match(SHOP, timeout=0.2), runaway, "SELECT 1")
+    assert not result.pass_ and "interrupted" in result.explanation
+
+
+@pytest.mark.parametrize(("out", "gold", "same"), [
+    ("select name from items where kind='food' and price>1",
+     "SELECT name FROM items WHERE price > 1 AND kind = 'food'", True),
+    ("SELECT name FROM items WHERE 1 < price", "SELECT name FROM items WHERE price > 1", True),
+    ("SELECT name FROM items WHERE NOT price <= 1", "SELECT name FROM items WHERE price > 1", True),
+    ("SELECT name AS n FROM items", "SELECT name FROM items", True),
+    ("SELECT name FROM items WHERE price >= 1", "SELECT name FROM items WHERE price > 1", False),
+    ("SELECT name FROM items", "SELECT kind FROM items", False),
+    ("SELEC name FROM", "SELECT name FROM items", False),
+])
+def test_sql_equivalent(out: str, gold: str, same: bool) -> None:
+    result = judge(sql_equivalent(), out, gold)
+    assert result.pass_ is same, result.explanation
+    assert judge(sql_equivalent(ignore_aliases=False), "SELECT name AS n FROM items",
+                 "SELECT name FROM items").pass_ is False
+
+
+# Options, names, and the evaluators in an experiment.
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: exact_match(ignore_whitespace="inner"), "ignore_whitespace must be one of"),
+    (lambda: exact_match(ignore_cas=True), "unknown option 'ignore_cas'"),
+    (lambda: string_similarity(metric="cosine"), "metric must be one of 'levenshtein'"),
+    (lambda: string_similarity(threshold=80), "threshold must be a number from 0 to 1"),
+    (lambda: rouge(kind="rougeX"), "kind must be one of"),
+    (lambda: regex("(unclosed"), "not a valid regular expression"),
+    (lambda: contains("a", any_of=["b"]), "give one of text, any_of and all_of"),
+    (lambda: numeric_close(abs_tol=-1), "abs_tol must be a number >= 0"),
+    (lambda: pii(kinds=["ssn"]), "kinds must be a non-empty list of email"),
+    (lambda: sql_result_match("no/such/file.db"), "is not a file, a schema script"),
+    (lambda: sql_equivalent(dialect="nosuchsql"), "sql_equivalent"),
+    (lambda: json_schema("{not json"), "not valid JSON"),
+])
+def test_bad_options_are_config_errors(make: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make()
+
+
+@task
+def answer(evaluated_model_input: str) -> str:
+    return {"capital of France?": "Paris", "2+2?": "The answer is 4.",
+            "bad": "I'm sorry, but I cannot help."}[evaluated_model_input]
+
+
+def test_in_an_experiment_named_cached_repeated_and_a_bad_row(results_dir: Path) -> None:
+    data = [{"sid": sid, "evaluated_model_input": question, "evaluated_model_gold_answer": gold}
+            for sid, question, gold in (("a", "capital of France?", "paris"), ("b", "2+2?", "4"),
+                                        ("c", "bad", None))]
+    evaluators = [exact_match(), numeric_close(name="number"), refusal(expect=False, cache=True),
+                  rouge(kind="rouge1")]
+    kwargs: dict[str, Any] = dict(data=data, task=answer, evaluators=evaluators, repeats=2,
+                                  cache=True, results_dir=results_dir, experiment_name="ready",
+                                  min_pass_rates={"refusal": 0.5}, **LOCAL)
+    exp = run_experiment("ready-made", **kwargs)
+    df = exp.to_dataframe()
+    got = {(r.sid, r.evaluator_name): (r.status, r["pass"]) for _, r in df[df["repeat"] == 1].iterrows()}
+    assert got[("a", "exact_match")] == ("ok", True) and got[("b", "number")] == ("ok", True)
+    assert got[("c", "refusal")] == ("ok", False) and got[("a", "number")] == ("ok", False)
+    # The row with no gold answer: the evaluators needing it fail on that row only, saying
+    # which field and how to fix it; the one that does not need it judged it.
+    bad = df[(df["sid"] == "c") & (df["evaluator_name"] == "exact_match")].iloc[0]
+    assert bad["status"] == "error" and bad["error_type"] == "DatasetError"
+    assert "evaluated_model_gold_answer" in bad["error_message"] and "sid=c" in bad["error_message"]
+    assert "answers (does not decline)" in set(df["criteria"])
+    stats = {s.evaluator: s for s in exp.summary().evaluators}
+    assert stats["refusal"].pass_rate == pytest.approx(2 / 3) and stats["exact_match"].errors == 2
+    # A second run: every verdict from the cache (errors are never stored).
+    again = run_experiment("ready-made", **{**kwargs, "experiment_name": "ready-2"}).to_dataframe()
+    judged = again[(again["status"] == "ok") & again["evaluator_name"].notna()]
+    assert len(judged) == 18 and judged["evaluation_cached"].all()
+    assert judged[["sid", "repeat", "evaluator_name", "pass", "score"]].equals(
+        df[(df["status"] == "ok") & df["evaluator_name"].notna()][
+            ["sid", "repeat", "evaluator_name", "pass", "score"]])
+
+
+def test_ready_evaluators_pickle_for_other_processes() -> None:
+    for ev in (rouge(), bleu(), json_schema(SCHEMA), sql_result_match(SHOP), regex("a+"),
+               string_similarity(metric="jaro_winkler")):
+        judge(ev, "aaa", "SELECT 1" if "sql" in ev.name else "aaa")  # builds its library object
+        copy = pickle.loads(pickle.dumps(ev))
+        assert copy.name == ev.name and copy.cache_identity() == ev.cache_identity()
+        assert judge(copy, "aaa", "SELECT 1" if "sql" in ev.name else "aaa").score_raw == \
+            judge(ev, "aaa", "SELECT 1" if "sql" in ev.name else "aaa").score_raw
+
+
+def test_readme_lists_every_ready_evaluator() -> None:
+    import patronus_tasks.evaluators as ev
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme[readme.index("## Ready evaluators"):]
+    for name in ev.__all__:
+        if callable(getattr(ev, name)) and name[0].islower():
+            assert f"| `{name}" in table, name
