@@ -8,7 +8,8 @@ The tree, small on purpose::
     ├── InvalidResultError          a task or evaluator returned something unusable
     │                               (recorded on the row, never raised to the caller)
     ├── RemoteAPIError              an HTTP API call failed after its retries
-    │   └── UnparseableResponseError   a model answered, but not in the asked-for form
+    │   └── JudgeError              a judge gave no verdict: the row is *unscored*
+    │       └── UnparseableResponseError   it answered, but not in the asked-for form
     └── ExperimentError             the experiment ran but cannot be finished or reported
         └── QualityGateError        it finished, but a gate (errors, pass rates) failed
 
@@ -49,12 +50,32 @@ class RemoteAPIError(PatronusTasksError):
         self.attempts = attempts
 
 
-class UnparseableResponseError(RemoteAPIError):
+class JudgeError(RemoteAPIError):
+    """A judge gave no verdict: it did not answer (after its retries), refused, answered
+    out of its scale or in a form that cannot be read. ``raw`` keeps what it said,
+    ``reason`` says which (``no_answer``, ``refusal``, ``out_of_scale``, ``unparseable``).
+
+    Recorded as that row's evaluator error and counted apart as *unscored*: left out of
+    pass rates (neither a pass nor a fail, never a 0 score). Raise it from your own
+    judge for the same treatment.
+    """
+
+    def __init__(self, message: str, *, raw: str | None = None, reason: str = "unparseable",
+                 status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message, status=status, attempts=attempts)
+        self.raw, self.reason = raw, reason
+
+
+class UnparseableResponseError(JudgeError):
     """A model's answer could not be parsed into a verdict; ``raw`` keeps the text."""
 
     def __init__(self, message: str, *, raw: str) -> None:
-        super().__init__(message, status=200)
-        self.raw = raw
+        super().__init__(message, raw=raw, reason="unparseable", status=200)
+
+
+#: The error types (as the results' ``error_type`` says) of an evaluation with no verdict:
+#: counted apart, out of pass rates.
+UNSCORED_ERRORS = frozenset({"JudgeError", "UnparseableResponseError"})
 
 
 class ExperimentError(PatronusTasksError, RuntimeError):

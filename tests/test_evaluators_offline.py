@@ -402,5 +402,7 @@ def test_readme_lists_every_ready_evaluator() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     table = readme[readme.index("## Ready evaluators"):]
     for name in ev.__all__:
-        if callable(getattr(ev, name)) and name[0].islower():
-            assert f"| `{name}" in table, name
+        if name in ("calibrate", "judge_agreement"):
+            assert f"`{name}(" in table, name
+        elif callable(getattr(ev, name)) and name[0].islower():
+            assert f"| `{name}(" in table, name

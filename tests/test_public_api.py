@@ -7,7 +7,7 @@ import pytest
 SURFACE = {
     "patronus_tasks": {
         "Cache", "Client", "ConfigError", "Dataset", "DatasetError", "EvaluationResult", "Evaluator",
-        "Experiment", "ExperimentError", "InvalidResultError", "Link", "Parent",
+        "Experiment", "ExperimentError", "InvalidResultError", "JudgeError", "Link", "Parent",
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
         "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
         "arun_experiment", "evaluator", "load_dataset", "read_csv", "read_jsonl",
@@ -29,6 +29,13 @@ SURFACE = {
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
     "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server"},
+    "patronus_tasks.evaluators": {
+        "Calibration", "Judge", "JudgeError", "answer_relevance", "bleu", "calibrate", "chrf",
+        "contains", "context_recall", "context_relevance", "exact_match", "factuality",
+        "faithfulness", "json_equal", "json_schema", "json_valid", "judge_agreement", "llm_judge",
+        "numeric_close", "pairwise_judge", "pii", "refusal", "regex", "rouge", "sql_equivalent",
+        "sql_result_match", "string_similarity", "token_f1",
+    },
 }
 
 

@@ -15,25 +15,47 @@ the check is a yes/no one (score 1 or 0).
 - JSON (`structured`): `json_valid`, `json_schema` (jsonschema), `json_equal`
 - SQL (`sql`): `sql_result_match`, `sql_equivalent` (sqlglot)
 - safety (`safety`): `pii`
+- LLM judges on any OpenAI-compatible endpoint (`judge`, `rag`, `pairwise`): `llm_judge`,
+  `factuality`, `answer_relevance`, `faithfulness`, `context_relevance`,
+  `context_recall`, `pairwise_judge`; a judge that gives no verdict raises `JudgeError`
+  (the row is *unscored*: out of pass rates, counted apart)
+- judge calibration (`calibration`): `calibrate`, `judge_agreement`
 
 Nothing here imports Prefect; the libraries beneath are imported on first use.
 """
 
+from patronus_tasks.evaluators.calibration import Calibration, calibrate, judge_agreement
+from patronus_tasks.evaluators.judge import Judge, answer_relevance, factuality, llm_judge
+from patronus_tasks.evaluators.pairwise import pairwise_judge
+from patronus_tasks.evaluators.rag import context_recall, context_relevance, faithfulness
 from patronus_tasks.evaluators.safety import pii
 from patronus_tasks.evaluators.similarity import bleu, chrf, rouge, string_similarity
 from patronus_tasks.evaluators.sql import sql_equivalent, sql_result_match
 from patronus_tasks.evaluators.structured import json_equal, json_schema, json_valid
 from patronus_tasks.evaluators.text import contains, exact_match, numeric_close, refusal, regex, token_f1
+from patronus_tasks.exceptions import JudgeError
 
 __all__ = [
+    "Calibration",
+    "Judge",
+    "JudgeError",
+    "answer_relevance",
     "bleu",
+    "calibrate",
     "chrf",
     "contains",
+    "context_recall",
+    "context_relevance",
     "exact_match",
+    "factuality",
+    "faithfulness",
     "json_equal",
     "json_schema",
     "json_valid",
+    "judge_agreement",
+    "llm_judge",
     "numeric_close",
+    "pairwise_judge",
     "pii",
     "refusal",
     "regex",

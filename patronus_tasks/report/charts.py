@@ -78,7 +78,7 @@ def bars(summary: Summary, df: pd.DataFrame) -> list[Bar]:
     out = []
     for s in summary.evaluators:
         if s.pass_rate is not None:
-            n = s.verdicts + s.errors
+            n = s.judged
             lo, hi = wilson(s.passed, n)
             out.append(Bar(_name(s, many), s.pass_rate, lo, hi,
                            f"{s.pass_rate:.1%} ({s.passed}/{n})"))

@@ -85,7 +85,7 @@ def header(r: ReportInput) -> str:
 def _rate_cell(s: EvaluatorStats) -> str:
     if s.pass_rate is None:
         return ""
-    lo, hi = charts.wilson(s.passed, s.verdicts + s.errors)
+    lo, hi = charts.wilson(s.passed, s.judged)
     return f"<b>{s.pass_rate:.1%}</b> <span class=note>[{lo:.0%}, {hi:.0%}]</span>"
 
 
@@ -94,9 +94,10 @@ def summary_section(r: ReportInput) -> str:
     s, many = r.summary, r.summary.links > 1
     rows = [{**({"link": e.link_index} if many else {}), "evaluator": esc(e.evaluator),
              "pass rate [95%]": _rate_cell(e),
-             "passed": f"{e.passed}/{e.verdicts + e.errors}" if e.pass_rate is not None else "",
+             "passed": f"{e.passed}/{e.judged}" if e.pass_rate is not None else "",
              "not passed": e.verdicts - e.passed if e.pass_rate is not None else "",
-             "errors": e.errors, "skipped": e.skipped,
+             "errors": e.errors, **({"unscored": e.unscored} if any(
+                 x.unscored for x in s.evaluators) else {}), "skipped": e.skipped,
              "mean score": f"{e.scores['mean']:.3g}" if "mean" in e.scores else "",
              "results": e.count} for e in s.evaluators]
     if any(e.repeats for e in s.evaluators):

@@ -24,6 +24,7 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.summary import unscored_mask
 from patronus_tasks.results.usage import total_cost, usage_totals
 
 _Z = {0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
@@ -204,7 +205,9 @@ def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple
 def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
     if "repeat" not in df.columns:
         df = df.assign(repeat=None)
-    evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])]
+    # An unscored evaluation (no verdict) is neither a pass nor a fail: not paired.
+    evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])
+               & ~unscored_mask(df)]
     out = evals[["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score"]].copy()
     errored = out["status"] == STATUS_ERROR
     out["passed"] = out["pass"].astype("boolean").fillna(False).where(~errored, False)

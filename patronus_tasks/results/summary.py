@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from patronus_tasks.exceptions import UNSCORED_ERRORS
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED
 from patronus_tasks.results.repeats import RepeatStats, repeat_stats
@@ -32,8 +33,10 @@ _HIST_BINS = 5
 class EvaluatorStats:
     """Statistics of one evaluator in one chain link.
 
-    ``pass_rate`` counts errors as not passed: passed / (verdicts + errors). It is None
-    when the evaluator gave no pass/fail verdicts; score statistics likewise for scores.
+    ``pass_rate`` counts errors as not passed: passed / (verdicts + errors), leaving out
+    the *unscored* errors (a judge that gave no verdict: `JudgeError`), which are counted
+    apart (``unscored``, part of ``errors``). It is None when the evaluator gave no
+    pass/fail verdicts; score statistics likewise for scores.
     """
 
     link_index: int
@@ -47,6 +50,12 @@ class EvaluatorStats:
     scores: dict[str, float] = field(default_factory=dict)
     histogram: list[tuple[float, float, int]] = field(default_factory=list)
     repeats: RepeatStats | None = None  # with ``repeats=N``: over each row's runs
+    unscored: int = 0  # errors with no verdict (a judge that failed to give one)
+
+    @property
+    def judged(self) -> int:
+        """What the pass rate divides by: verdicts and errors, not the unscored."""
+        return self.verdicts + self.errors - self.unscored
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,8 @@ def _headline(s: EvaluatorStats, with_link: bool) -> str:
     name = f"{s.evaluator} [link {s.link_index}]" if with_link else s.evaluator
     if s.pass_rate is not None:
         more = f", {s.repeats.headline()}" if s.repeats is not None else ""
-        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.verdicts + s.errors}){more}"
+        more += f", {s.unscored} unscored" if s.unscored else ""
+        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.judged}){more}"
     if "mean" in s.scores:
         return f"{name} mean {s.scores['mean']:.3g}"
     return f"{name} {s.count} results"
@@ -133,26 +143,35 @@ def _score_stats(scores: np.ndarray) -> dict[str, float]:
             "50%": float(med), "75%": float(q3), "max": float(scores.max())}
 
 
+def unscored_mask(df: pd.DataFrame) -> pd.Series:
+    """The records of evaluations that gave no verdict (a judge's `JudgeError`)."""
+    if "error_type" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return (df["status"] == STATUS_ERROR) & df["error_type"].isin(UNSCORED_ERRORS)
+
+
 def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStats:
     status = group["status"]
     ok = group[status == STATUS_OK]
     verdicts = ok["pass"].dropna().astype(bool)
     errors = int((status == STATUS_ERROR).sum())
+    unscored = unscored_mask(group)
     scores = ok["score"].dropna().to_numpy(dtype=float)
-    denominator = len(verdicts) + errors
+    denominator = len(verdicts) + errors - int(unscored.sum())
     return EvaluatorStats(
         link_index=link, evaluator=name, count=len(ok), passed=int(verdicts.sum()),
         verdicts=len(verdicts), errors=errors, skipped=int((status == STATUS_SKIPPED).sum()),
-        pass_rate=(int(verdicts.sum()) / denominator) if len(verdicts) else None,
+        pass_rate=(int(verdicts.sum()) / denominator) if len(verdicts) and denominator else None,
         scores=_score_stats(scores),
         histogram=_histogram(scores) if len(scores) else [],
-        repeats=repeat_stats(group) if len(verdicts) or errors else None,
+        repeats=repeat_stats(group[~unscored]) if len(verdicts) or errors else None,
+        unscored=int(unscored.sum()),
     )
 
 
 #: The record columns `summarize` reads.
 SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name", "status",
-                   "error_stage", "pass", "score", *USAGE_COLUMNS)
+                   "error_stage", "error_type", "pass", "score", *USAGE_COLUMNS)
 
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
@@ -198,10 +217,11 @@ def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
     lines = ["", head, "-" * len(head)]
     lines.append(f"Count     : {s.count}")
     lines.append(f"Pass rate : {_fmt(s.pass_rate, pct=True)}"
-                 + (f"  ({s.passed}/{s.verdicts + s.errors})" if s.pass_rate is not None else ""))
+                 + (f"  ({s.passed}/{s.judged})" if s.pass_rate is not None else ""))
     for key in ("mean", "min", "25%", "50%", "75%", "max"):
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
-    lines.append(f"Errors    : {s.errors}   Skipped: {s.skipped}")
+    unscored = f" ({s.unscored} unscored: no verdict, out of the pass rate)" if s.unscored else ""
+    lines.append(f"Errors    : {s.errors}{unscored}   Skipped: {s.skipped}")
     lines.extend(_format_repeats(s.repeats))
     if s.histogram and histograms:
         top = max(c for _, _, c in s.histogram) or 1

@@ -88,18 +88,20 @@ def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[s
     row: dict[str, Any] = {"link": s.link_index} if with_link else {}
     row.update({
         "evaluator": s.evaluator, "pass rate": pct(s.pass_rate),
-        "passed": f"{s.passed}/{s.verdicts + s.errors}" if s.pass_rate is not None else "",
+        "passed": f"{s.passed}/{s.judged}" if s.pass_rate is not None else "",
         "mean score": num(s.scores.get("mean")), "min": num(s.scores.get("min")),
         "median": num(s.scores.get("50%")), "max": num(s.scores.get("max")),
         "results": s.count, "evaluator errors": s.errors, "evaluator skips": s.skipped,
         "task errors": summary.task_errors_by_link.get(s.link_index, 0),
         "task skips": summary.skipped_tasks_by_link.get(s.link_index, 0),
     })
+    if any(e.unscored for e in summary.evaluators):  # a judge gave no verdict: said apart
+        row["unscored"] = s.unscored
     return row
 
 
 #: The record columns the report reads: the summary's, and the failures'.
-REPORT_COLUMNS = (*SUMMARY_COLUMNS, "error_type", "error_message", "explanation")
+REPORT_COLUMNS = (*SUMMARY_COLUMNS, "error_message", "explanation")
 
 
 def _errors(df: pd.DataFrame) -> pd.DataFrame:

@@ -109,7 +109,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
                     report: Path | Location | None, flow_run_id: str) -> str:
     """What the experiment's parent flow run shows of it: figures, chart, links."""
     rows = [{"evaluator": s.evaluator, "pass rate": f"{s.pass_rate:.1%}" if s.pass_rate is not None
-             else "", "passed": f"{s.passed}/{s.verdicts + s.errors}" if s.pass_rate is not None
+             else "", "passed": f"{s.passed}/{s.judged}" if s.pass_rate is not None
              else "", "mean score": f"{s.scores['mean']:.3g}" if "mean" in s.scores else "",
              "errors": s.errors} for s in summary.evaluators]
     return "\n".join([f"# {title}", "", summary.headline(), "",
