@@ -322,6 +322,14 @@ def test_calibrate_a_judge_against_human_labels(results_dir: Path) -> None:
         values = {m.name: m.value for m in cal.experiment.manifest.metrics}
         assert values["judge_kappa"] == pytest.approx(0.5)
         assert cal.experiment.manifest.tags["calibration"] == "correctness|label"
+        # The HTML report and the Prefect -report artifact show the matrix and the rows.
+        from patronus_tasks.integrations.prefect.artifacts import calibration_markdown
+        from patronus_tasks.report.build import build_report
+
+        page = build_report(cal.experiment)
+        assert "<h3>Judge calibration</h3>" in page and "Rows where they disagree" in page
+        markdown = "\n".join(calibration_markdown(cal.experiment))
+        assert "## Judge calibration" in markdown and "| s3 | fail | pass | e3 |" in markdown
         with pytest.raises(QualityGateError, match="judge_kappa"):
             calibrate(judge, data, min_kappa=0.6, results_dir=results_dir, **LOCAL)
         bad = [*data, {"sid": "s9", "evaluated_model_output": "OUT1", "label": "maybe"}]

@@ -19,6 +19,7 @@ import pandas as pd
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.report import charts
 from patronus_tasks.report.rows import counted_columns, packed, table_data
+from patronus_tasks.results.agreement import agreement, calibrated
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
@@ -130,6 +131,19 @@ def metrics_section(s: Summary) -> str:
     return f"<h3>Metrics (dataset-level)</h3>{_table(rows)}"
 
 
+def calibration_section(r: ReportInput) -> str:
+    """A calibration run's agreement with the human labels: the figures, the confusion
+    matrix, the rows where judge and human disagree (nothing for other runs)."""
+    found = calibrated(r.experiment.manifest.tags)
+    if found is None:
+        return ""
+    a = agreement(r.df, *found)
+    rows = [{k: esc(v) for k, v in row.items()} for row in a.confusion_rows()]
+    wrong = [{k: esc(v) for k, v in row.items()} for row in a.disagreement_rows(50)]
+    return (f"<h3>Judge calibration</h3><p>{esc(a.headline())}</p>{_table(rows)}"
+            + (f"<h4>Rows where they disagree</h4>{_table(wrong)}" if wrong else ""))
+
+
 def usage_section(s: Summary) -> str:
     """Calls, tokens and cost per step and model (calls made; cached ones apart)."""
     rows = usage_rows(s.usage)
@@ -218,7 +232,7 @@ def render(r: ReportInput) -> str:
     """The page."""
     template = resources.files("patronus_tasks.report").joinpath("assets/report.html").read_text()
     dataset = [c for c in r.df.columns if c not in FIXED_NAMES]
-    sections = summary_section(r) + charts_section(r) + comparison_section(r)
+    sections = summary_section(r) + calibration_section(r) + charts_section(r) + comparison_section(r)
     title = f"{r.experiment.project}/{r.experiment.name}"
     return (template.replace("__TITLE__", esc(title)).replace("__HEADER__", header(r))
             .replace("__SECTIONS__", sections)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -68,9 +69,18 @@ def _kind(column: pd.Series) -> str:
     return "num" if inferred in ("integer", "floating", "mixed-integer-float", "decimal") else "str"
 
 
+def _text(value: Any) -> Any:
+    """A list or dict cell (a dataset's list of passages, read back as an array) as JSON."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
+
+
 def _values(column: pd.Series, kind: str, strings: _Strings) -> list[Any]:
     if kind == "str":
-        return strings.codes(column.astype(object).where(column.notna(), None))
+        return strings.codes(column.astype(object).where(column.notna(), None).map(_text))
     numbers = pd.to_numeric(column.astype(object).where(column.notna(), None),
                             errors="coerce").astype(float).round(6)
     return [None if np.isnan(v) else (int(v) if v.is_integer() else v)

@@ -12,6 +12,7 @@ a label are left out and counted.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,30 @@ class Agreement:
                 f"{len(self.disagreements)} disagree"
                 + (f"; {self.unscored} unscored" if self.unscored else "")
                 + (f"; {self.unlabelled} without a label" if self.unlabelled else ""))
+
+
+    def confusion_rows(self) -> list[dict[str, Any]]:
+        """The confusion matrix as table rows: the human label, then a count per judge answer."""
+        return [{"human \\ judge": h, **{str(j): int(self.confusion.loc[h, j]) for j in self.categories}}
+                for h in self.categories]
+
+    def disagreement_rows(self, limit: int = 10) -> list[dict[str, Any]]:
+        return [{"sid": str(r.sid), "human": r.human, "judge": r.judge,
+                 "explanation": _short(r.explanation)} for r in self.disagreements.head(limit).itertuples()]
+
+
+def _short(text: Any, limit: int = 160) -> str:
+    text = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def of_experiment(experiment: Any) -> Agreement | None:
+    """The agreement a calibration run measured (None for other experiments)."""
+    found = calibrated(experiment.manifest.tags)
+    if found is None:
+        return None
+    return agreement(experiment.to_dataframe(), *found)
 
 
 def category(value: Any) -> str | None:

@@ -32,6 +32,7 @@ from patronus_tasks.integrations.prefect.events import namespace_of, task_run_id
 from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.results import agreement as _agreement
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import shown_usage, usage_rows
@@ -170,8 +171,20 @@ def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str,
     totals = (f"{summary.samples} rows · task errors {summary.task_errors} · evaluator errors "
               f"{summary.evaluator_errors} · skipped rows {summary.skipped_tasks}")
     return "\n".join([f"# {title}", "", totals, "", *markdown_table(summary_rows(summary)),
-                      *figures_markdown(summary), "", f"Results: `{where}`", *_lists(experiment),
-                      *_failure_lines(df, ids or {})])
+                      *figures_markdown(summary), *calibration_markdown(experiment), "",
+                      f"Results: `{where}`", *_lists(experiment), *_failure_lines(df, ids or {})])
+
+
+def calibration_markdown(experiment: Experiment | None) -> list[str]:
+    """A calibration run's confusion matrix and disagreeing rows (nothing for others)."""
+    found = _agreement.of_experiment(experiment) if experiment is not None else None
+    if found is None:
+        return []
+    lines = ["", "## Judge calibration", "", found.headline(), "", *markdown_table(found.confusion_rows())]
+    if len(found.disagreements):
+        lines += ["", "Rows where judge and human disagree:", "",
+                  *markdown_table(found.disagreement_rows(FAILURES_SHOWN))]
+    return lines
 
 
 def figures_markdown(summary: Summary) -> list[str]:

@@ -1,0 +1,99 @@
+"""RAG evaluation: a bundled set of HR-handbook questions, each with the passages a
+retriever found, a gold answer and the answer a model gave, judged by several families
+of ready evaluators (`patronus_tasks.evaluators`).
+
+Offline by default: the "model" is the dataset's ``answer`` column (the task stands in
+for the model call), and the offline checks run: token F1 and ROUGE-L against the gold
+answer, personal data in the answer (`pii`), over-refusal (`refusal(expect=False)`).
+With ``OPENAI_BASE_URL`` set (any OpenAI-compatible endpoint: OpenAI, vLLM, Ollama,
+LM Studio; ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` as needed), the LLM judges run too:
+faithfulness to the retrieved passages, their relevance and recall, factuality against
+the gold answer. Without it the flow says the judges were skipped and why: no judge
+invents an answer.
+
+    python flows/rag_eval.py                    # offline checks, on the bundled data
+    OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=llama3.1 python flows/rag_eval.py
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from prefect import flow
+from prefect.states import Completed, State
+
+from patronus_tasks import Evaluator, Row, run_experiment, task
+from patronus_tasks.evaluators import (
+    context_recall,
+    context_relevance,
+    factuality,
+    faithfulness,
+    pii,
+    refusal,
+    rouge,
+    token_f1,
+)
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
+
+HERE = Path(__file__).resolve().parent
+logger = logging.getLogger("patronus_tasks.flows.rag")
+SKIPPED = ("LLM judges skipped: OPENAI_BASE_URL is not set, so there is no judge to ask (none "
+           "is faked). Set it to an OpenAI-compatible endpoint to run faithfulness, "
+           "context_relevance, context_recall and factuality.")
+
+
+@task
+def answer(row: Row) -> str:
+    """The answer the model gave (the dataset's ``answer`` column stands in for the call)."""
+    return str(row.answer)
+
+
+def evaluators(judges: bool) -> list[Evaluator]:
+    """The offline checks, and the judges when an endpoint is configured."""
+    checks: list[Evaluator] = [token_f1(), rouge(kind="rougeL", threshold=0.4), pii(),
+                               refusal(expect=False, name="answers")]
+    if not judges:
+        return checks
+    return [*checks, faithfulness(), context_relevance(), context_recall(), factuality()]
+
+
+@flow(name="rag-eval", flow_run_name=experiment_flow_run_name)
+def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
+             experiment_name: str | None = None, max_concurrency: int = 8,
+             results_dir: str | None = None, judges: bool | None = None,
+             cache: bool = False) -> State:
+    """Judge the dataset's answers with the offline checks and, given an endpoint, the LLM
+    judges; the flow run ends Completed with the figures as its message.
+
+    Args:
+        dataset: JSONL, a row per question: `evaluated_model_input`, the retrieved passages
+            (`evaluated_model_retrieved_context`, a list), `evaluated_model_gold_answer`
+            and the model's `answer`. Relative: from the working directory, else this
+            project's folder.
+        project: The project (and series) of the runs.
+        experiment_name: This run's name; empty for a new timestamped one.
+        max_concurrency: Rows judged at once.
+        results_dir: Where the Parquet results go (a folder or an object-storage URL).
+        judges: Run the LLM judges: None (default) when `OPENAI_BASE_URL` is set.
+        cache: Answer the judges from the cache when they saw the same row before.
+    """
+    use_judges = bool(os.environ.get("OPENAI_BASE_URL")) if judges is None else judges
+    if not use_judges:
+        logger.warning(SKIPPED)
+        print(SKIPPED)
+    path = Path(dataset)
+    experiment = run_experiment(
+        project, data=path if path.is_absolute() or path.exists() else HERE.parent / path,
+        task=answer, evaluators=evaluators(use_judges), tags={"suite": "rag"},
+        experiment_name=experiment_name, max_concurrency=max_concurrency,
+        results_dir=results_dir, cache=True if cache else None)
+    headline = experiment.summary().headline()
+    return Completed(message=headline if use_judges else f"{headline} (LLM judges skipped)",
+                     data=experiment.manifest.to_json())
+
+
+if __name__ == "__main__":
+    use_built_in_server()
+    rag_eval()

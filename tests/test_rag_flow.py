@@ -1,0 +1,84 @@
+"""flows/rag_eval.py: several families of ready evaluators on the bundled RAG set, on a
+real Prefect server; offline it says its judges were skipped, with an endpoint (a
+scripted judge on 127.0.0.1) each judge call is a task run of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT
+from .judge_server import completion
+from .servers import Recorded, Reply, serve
+
+
+def _flow_module() -> Any:
+    spec = importlib.util.spec_from_file_location("rag_flow", ROOT / "flows" / "rag_eval.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def judge(req: Recorded) -> Reply:
+    """Answers each RAG judge as a careful one would, from what its prompt holds."""
+    prompt = req.body["messages"][1]["content"]
+    if "factual claims" in prompt:
+        wrong = "15th" in prompt or "home office" in prompt or "Only your manager" in prompt
+        verdict = {"claims": [{"claim": "the answer", "supported": not wrong}], "explanation": "x"}
+    elif "For each numbered passage" in prompt:
+        count = len(re.findall(r"^\[\d+\] ", prompt, re.M))
+        verdict = {"passages": [{"passage": str(i + 1), "relevant": i == 0} for i in range(count)],
+                   "explanation": "x"}
+    elif "Break the gold answer" in prompt:
+        verdict = {"statements": [{"statement": "s", "attributed": True}], "explanation": "x"}
+    else:
+        verdict = {"choice": "D" if "15th" in prompt else "C", "explanation": "x"}
+    return 200, {}, completion(json.dumps(verdict), model=req.body["model"])
+
+
+@pytest.mark.heavy
+def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow = _flow_module().rag_eval
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    offline = flow(results_dir=str(tmp_path), experiment_name="offline", return_state=True)
+    assert offline.message.endswith("(LLM judges skipped)") and "pii 90.0% passed" in offline.message
+    assert "LLM judges skipped: OPENAI_BASE_URL is not set" in capsys.readouterr().out
+    # The HTML report of a dataset with list-valued columns (the passages) is written too.
+    assert (tmp_path / "rag-qa" / "offline" / "report.html").stat().st_size > 10_000
+
+    with serve(judge) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_MODEL", "local-judge")
+        state = flow(results_dir=str(tmp_path), experiment_name="judged", return_state=True)
+    manifest = state.result()
+    assert "skipped" not in state.message
+    assert "faithfulness 70.0% passed (7/10)" in state.message  # three answers invent facts
+    assert "factuality 90.0% passed (9/10)" in state.message
+    assert "context_relevance 100.0% passed" in state.message  # every set is at least half relevant
+    assert len(server.requests) == 40 and {r.body["model"] for r in server.requests} == {"local-judge"}
+
+    async def task_runs() -> dict[str, str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[manifest["flow_run_id"]])))
+        return {r.name: r.state.name for r in runs}
+
+    from patronus_tasks.results import load_experiment
+
+    assert load_experiment("judged", tmp_path).wait_recorded(60)
+    runs = asyncio.run(task_runs())
+    assert len(runs) == 10 * 9  # the task and eight evaluators per row, each its own task run
+    assert runs["faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
+    assert runs["context_recall-r05"] == "Passed" and runs["answers-r07"] == "Not passed"
