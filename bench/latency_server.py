@@ -18,6 +18,8 @@ async def chat(request: Request) -> JSONResponse:
     body = await request.json()
     await asyncio.sleep(LATENCY)
     text = body["messages"][-1]["content"][::-1]
+    if "response_format" in body:  # a judge asking for a verdict (patronus_tasks.evaluators)
+        text = '{"explanation": "reads well", "pass": true}'
     return JSONResponse({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": text}}]})

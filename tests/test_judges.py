@@ -393,3 +393,12 @@ def test_a_cached_judge_asks_once(results_dir: Path) -> None:
             run_experiment("cached-judge", data=rows("a", "b"), evaluators=[judge], experiment_name=name,
                            results_dir=results_dir, **LOCAL)
     assert len(script.requests) == 2
+
+
+def test_a_judge_that_times_out_after_its_retries_is_unscored_not_failed() -> None:
+    script = ScriptedJudge(default={"explanation": "late", "pass": True}, delay=0.6)
+    with judge_server(script) as server:
+        judge = llm_judge("fine", endpoint=endpoint(server, timeout=0.2, max_attempts=2))
+        with pytest.raises(JudgeError, match=r"did not answer.*ReadTimeout") as err:
+            _run(judge.evaluate(evaluated_model_output="x"))
+    assert err.value.reason == "no_answer" and err.value.attempts == 2
