@@ -147,7 +147,6 @@ def test_token_f1_is_squads(out: str, gold: str) -> None:
 def test_exact_match_options(options: dict[str, Any], out: str, gold: str, passed: bool) -> None:
     result = judge(exact_match(**options), out, gold)
     assert result.pass_ is passed and result.score_raw == float(passed)
-    assert passed or "expected 'paris'" in result.explanation.lower() or result.explanation
 
 
 def test_contains_regex_refusal() -> None:

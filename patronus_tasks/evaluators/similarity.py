@@ -17,7 +17,6 @@ from patronus_tasks.evaluators.base import (
     check_bool,
     check_choice,
     check_threshold,
-    cut,
     golds,
     no_output,
     scored,
@@ -58,6 +57,9 @@ class _Lazy(Check):
     def build(self) -> Any:
         raise NotImplementedError
 
+    def warm(self) -> None:
+        self.scorer()
+
 
 class StringSimilarity(_Lazy):
     factory = "string_similarity"
@@ -71,11 +73,9 @@ class StringSimilarity(_Lazy):
             return empty
         assert evaluated_model_output is not None
         fold = str.casefold if self.options["ignore_case"] else str
-        score, gold = best(fold(evaluated_model_output),
-                           [fold(g) for g in golds(evaluated_model_gold_answer)], self.scorer())
-        return scored(float(score), self.options["threshold"],
-                      None if score == 1 else f"{self.options['metric']} {score:.3f} against "
-                      f"{cut(gold, 80)!r}")
+        score, _ = best(fold(evaluated_model_output),
+                        [fold(g) for g in golds(evaluated_model_gold_answer)], self.scorer())
+        return scored(float(score), self.options["threshold"])
 
 
 def string_similarity(*, metric: str = "levenshtein", threshold: float = 0.8,
@@ -115,9 +115,8 @@ class Rouge(_Lazy):
                  golds(evaluated_model_gold_answer)}
         gold = max(parts, key=lambda g: parts[g].fmeasure)
         s = parts[gold]
-        return scored(float(s.fmeasure), self.options["threshold"],
-                      f"{kind} F {s.fmeasure:.3f} (precision {s.precision:.3f}, recall "
-                      f"{s.recall:.3f})", precision=s.precision, recall=s.recall)
+        return scored(float(s.fmeasure), self.options["threshold"], precision=s.precision,
+                      recall=s.recall)
 
 
 def rouge(*, kind: str = "rougeL", threshold: float = 0.5, use_stemmer: bool = False,

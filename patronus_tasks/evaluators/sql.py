@@ -184,6 +184,9 @@ class _Rows:
 class SqlResultMatch(Check):
     factory = "sql_result_match"
 
+    def warm(self) -> None:
+        import sqlglot  # noqa: F401  (reads the gold query's ORDER BY)
+
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_gold"}
 
@@ -251,6 +254,9 @@ def sql_result_match(database: str | Path | Connect, *, float_tolerance: float =
 
 class SqlEquivalent(Check):
     factory = "sql_equivalent"
+
+    def warm(self) -> None:
+        from sqlglot.optimizer import optimize  # noqa: F401
 
     def evaluate(self, evaluated_model_gold_answer: str,
                  evaluated_model_output: str | None = None) -> EvaluationResult:

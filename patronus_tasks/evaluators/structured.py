@@ -23,7 +23,7 @@ _MAX_ERRORS = 10
 
 def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
     """``text`` parsed, or (None, what is wrong with it)."""
-    if strip_fences and (fenced := _FENCE.match(text)):
+    if strip_fences and "```" in text and (fenced := _FENCE.match(text)):
         text = fenced.group(1)
     try:
         return json.loads(text), None
@@ -81,6 +81,9 @@ class JsonSchema(Check):
             schema = self.options["schema"]
             found = self.__dict__["_validator"] = jsonschema.validators.validator_for(schema)(schema)
         return found
+
+    def warm(self) -> None:
+        self._validator()
 
     def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
         if (empty := no_output(evaluated_model_output)) is not None:
