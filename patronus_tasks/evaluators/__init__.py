@@ -21,19 +21,63 @@ the check is a yes/no one (score 1 or 0).
   (the row is *unscored*: out of pass rates, counted apart)
 - judge calibration (`calibration`): `calibrate`, `judge_agreement`
 
-Nothing here imports Prefect; the libraries beneath are imported on first use.
+Nothing here imports Prefect; each module, and the libraries beneath, on first use.
 """
 
-from patronus_tasks.evaluators.calibration import Calibration, calibrate, judge_agreement
-from patronus_tasks.evaluators.judge import Judge, answer_relevance, factuality, llm_judge
-from patronus_tasks.evaluators.pairwise import pairwise_judge
-from patronus_tasks.evaluators.rag import context_recall, context_relevance, faithfulness
-from patronus_tasks.evaluators.safety import pii
-from patronus_tasks.evaluators.similarity import bleu, chrf, rouge, string_similarity
-from patronus_tasks.evaluators.sql import sql_equivalent, sql_result_match
-from patronus_tasks.evaluators.structured import json_equal, json_schema, json_valid
-from patronus_tasks.evaluators.text import contains, exact_match, numeric_close, refusal, regex, token_f1
-from patronus_tasks.exceptions import JudgeError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from patronus_tasks.evaluators.calibration import Calibration, calibrate, judge_agreement
+    from patronus_tasks.evaluators.judge import Judge, answer_relevance, factuality, llm_judge
+    from patronus_tasks.evaluators.pairwise import pairwise_judge
+    from patronus_tasks.evaluators.rag import context_recall, context_relevance, faithfulness
+    from patronus_tasks.evaluators.safety import pii
+    from patronus_tasks.evaluators.similarity import bleu, chrf, rouge, string_similarity
+    from patronus_tasks.evaluators.sql import sql_equivalent, sql_result_match
+    from patronus_tasks.evaluators.structured import json_equal, json_schema, json_valid
+    from patronus_tasks.evaluators.text import (
+        contains,
+        exact_match,
+        numeric_close,
+        refusal,
+        regex,
+        token_f1,
+    )
+    from patronus_tasks.exceptions import JudgeError
+
+#: Where each name lives: a module is imported when one of its names is first used (the
+#: judges' HTTP client and the calibration's results reader cost ~140 ms to import, which
+#: a run of offline checks never needs).
+_HOMES = {
+    **dict.fromkeys(["Calibration", "calibrate", "judge_agreement"], "evaluators.calibration"),
+    **dict.fromkeys(["Judge", "answer_relevance", "factuality", "llm_judge"], "evaluators.judge"),
+    "pairwise_judge": "evaluators.pairwise",
+    **dict.fromkeys(["context_recall", "context_relevance", "faithfulness"], "evaluators.rag"),
+    "pii": "evaluators.safety",
+    **dict.fromkeys(["bleu", "chrf", "rouge", "string_similarity"], "evaluators.similarity"),
+    **dict.fromkeys(["sql_equivalent", "sql_result_match"], "evaluators.sql"),
+    **dict.fromkeys(["json_equal", "json_schema", "json_valid"], "evaluators.structured"),
+    **dict.fromkeys(["contains", "exact_match", "numeric_close", "refusal", "regex", "token_f1"],
+                    "evaluators.text"),
+    "JudgeError": "exceptions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'patronus_tasks.evaluators' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"patronus_tasks.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "Calibration",
