@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Take the README's Prefect UI screenshots again: a `server up` stack on port 4310 (its
 # state in a scratch folder), two runs of the nightly deployment (the second on a copy of
-# the dataset with three wrong queries), then headless Chromium (Debian: apt install
-# chromium) on the experiment's flow run, a task run that did not pass, the comparison and
-# charts artifacts, the list of the verdicts that did not pass, and the HTML report.
+# the dataset with three wrong queries: 66.7% -> 33.3%), then headless Chromium (Debian:
+# apt install chromium) on what a nightly user opens first (the deployment, the runs list,
+# the deployment's own run) and then the experiment's flow run, a task run that did not
+# pass, the summary, history, comparison and charts artifacts, the list of the verdicts
+# that did not pass, and the HTML report with a row opened. OUT=folder to write elsewhere.
 # Run from the repository's root: docs/screenshots.sh
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
@@ -35,6 +37,8 @@ async def ids() -> None:
     async with get_client() as client:
         runs = [r for r in await client.read_flow_runs() if r.parent_task_run_id]
         last = max(runs, key=lambda r: r.created)
+        parent = (await client.read_task_run(last.parent_task_run_id)).flow_run_id
+        deployment = await client.read_deployment_by_name(name)
         tasks = await client.read_task_runs()
         failed = [t for t in tasks if t.flow_run_id == last.id and t.state.name == "Not passed"]
         art = {a.key.rsplit("-", 1)[-1] if not a.key.endswith("vs-previous") else "vs-previous": a
@@ -43,6 +47,11 @@ async def ids() -> None:
         findings = re.search(r"\]\((/runs\?tab=task-runs[^)]*)\)", art["charts"].data).group(1)
         ui = "http://127.0.0.1:4310"
         (scratch / "urls").write_text(
+            f"deployment 1500,900 {ui}/deployments/deployment/{deployment.id}\n"
+            f"runs 1500,800 {ui}/runs\n"
+            f"parent-run 1500,1200 {ui}/runs/flow-run/{parent}\n"
+            f"summary 1500,700 {ui}/artifacts/artifact/{art['summary'].id}\n"
+            f"history 1500,700 {ui}/artifacts/artifact/{art['history'].id}\n"
             f"flow-run 1500,1700 {ui}/runs/flow-run/{last.id}\n"
             f"not-passed 1400,420 {ui}/runs/task-run/{failed[0].id}\n"
             f"vs-previous 1500,1000 {ui}/artifacts/artifact/{art['vs-previous'].id}\n"
@@ -57,6 +66,6 @@ sleep 10  # the records and logs catch up
 while read -r name size path; do
   chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
     --hide-scrollbars --window-size="$size" --virtual-time-budget=40000 \
-    --screenshot="docs/$name.png" "$path" 2>/dev/null
+    --screenshot="${OUT:-docs}/$name.png" "$path" 2>/dev/null
 done < "$SCRATCH/urls"
-ls -l docs/*.png
+ls -l "${OUT:-docs}"/*.png

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import textwrap
-from typing import Any
 
 from prefect import flow
+from prefect.states import State
 
 from patronus_tasks import Client, Evaluator
 from patronus_tasks.openai import ChatTask, LLMJudge
-from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server, verdict_state
 
 PASS_CRITERIA = textwrap.dedent(
     """
@@ -66,8 +66,9 @@ def make_judge(cli: Client, judge: str) -> Evaluator:
 def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
                 max_concurrency: int = 4, results_dir: str | None = None,
                 judge: str | None = None, cache: bool = False,
-                repeats: int = 1) -> dict[str, Any]:
-    """Run the reference's full example; return the experiment's manifest.
+                repeats: int = 1) -> State:
+    """Run the reference's full example; end in a state named after its verdict, the
+    experiment's manifest as its result.
 
     Args:
         project: Project the experiment belongs to.
@@ -90,7 +91,7 @@ def openai_task(project: str = "Tutorial", experiment_name: str = "OpenAI Task",
         tags={"unit": "R&D", "version": "0.0.1"}, experiment_name=experiment_name,
         max_concurrency=max_concurrency, cache=True if cache else None, repeats=repeats,
     )
-    return experiment.manifest.to_json()  # the flow run's result: as manifest.json has it
+    return verdict_state(experiment)  # named after the verdict; its data: the manifest
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from prefect import flow
-from prefect.states import Completed, State
+from prefect.states import State
 
 from patronus_tasks import Evaluator, Row, run_experiment, task
 from patronus_tasks.evaluators import (
@@ -35,7 +35,7 @@ from patronus_tasks.evaluators import (
     rouge,
     token_f1,
 )
-from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server, verdict_state
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger("patronus_tasks.flows.rag")
@@ -89,9 +89,10 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
         task=answer, evaluators=evaluators(use_judges), tags={"suite": "rag"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, cache=True if cache else None)
-    headline = experiment.summary().headline()
-    return Completed(message=headline if use_judges else f"{headline} (LLM judges skipped)",
-                     data=experiment.manifest.to_json())
+    state = verdict_state(experiment)  # named after the verdict, the figures its message
+    if not use_judges:
+        state.message = f"{state.message} (LLM judges skipped)"
+    return state
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from prefect.states import Completed, State
+from prefect.states import State
 
 from patronus_tasks import Row, TaskResult, run_experiment, task
 from patronus_tasks.evaluators import sql_equivalent, sql_result_match
 from patronus_tasks.evaluators.sql import Database, run_query
 from patronus_tasks.metrics import accuracy_by, metric
-from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server, verdict_state
 
 HERE = Path(__file__).resolve().parent
 SCHEMA = HERE.parent / "datasets" / "text_to_sql" / "shop.sql"
@@ -128,8 +128,7 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
         cache=True if cache else None, repeats=repeats, metrics=METRICS,
         min_metrics={"f1": min_f1} if min_f1 is not None else None,
     )
-    return Completed(message=experiment.summary().headline(),
-                     data=experiment.manifest.to_json())  # as manifest.json has it
+    return verdict_state(experiment)  # named after the verdict, the figures its message
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
+from patronus_tasks.results.verdict import rule_of, said
 from patronus_tasks.run.observers import Observers, RunFacts, observing
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
@@ -227,6 +228,9 @@ def show(experiment: str, failures: Annotated[bool, typer.Option(
 @app.command()
 def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
                 "--fail-on-regression", help="Exit 1 when any row regressed.")] = False,
+            drop: Annotated[float, typer.Option(
+                "--drop", help="The fall in pass rate (or mean score) called worse (0.05: "
+                "5 points); more rows worse than better is worse too.")] = 0.05,
             pair: Annotated[str | None, typer.Option(
                 "--pair", help="With repeats: 'repeat' pairs runs by sample id and repeat, "
                 "'mean' compares rows' means (default: 'repeat' when both ran the same "
@@ -238,6 +242,12 @@ def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
         result = compare_experiments(_load(a, results_dir), _load(b, results_dir), pair=pair)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
+    try:
+        rule = rule_of(drop, False)
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
+    # What got worse or better first, counts before p-values; then the figures.
+    typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     typer.echo(result.format())
     if fail_on_regression and result.has_regressions:
         raise typer.Exit(EXIT_GATE)

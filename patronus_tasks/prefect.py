@@ -1,7 +1,16 @@
 """What a Prefect flow that runs experiments may want from this package."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from patronus_tasks.integrations.prefect import server_hook
 from patronus_tasks.integrations.prefect.runs import experiment_flow_run_name
+
+if TYPE_CHECKING:
+    from prefect.states import State
+
+    from patronus_tasks.results.experiment import Experiment
 
 
 def use_built_in_server() -> None:
@@ -13,4 +22,28 @@ def use_built_in_server() -> None:
     server_hook.install()
 
 
-__all__ = ["experiment_flow_run_name", "use_built_in_server"]
+def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[Any]:
+    """The state a flow that ran ``experiment`` ends in: ``return verdict_state(exp)``.
+
+    Named after the verdict against the previous run of its series (``Regressed``,
+    ``Errors``, ``Improved``, ``Unchanged``, ``First run``; `results.verdict`), of
+    Prefect's completed type, its message the verdict and the figures ("Regressed:
+    result_matches_gold worse: 3 worse / 0 better rows; 66.7% → 33.3% ..."), its data the
+    manifest. Lists of runs show that name, and the run's tags (``regressed``,
+    ``regressed:<evaluator>``, ``errors``), which the recorder adds. A gate that failed
+    raised `QualityGateError` already: the flow run fails with it. Waits (up to
+    ``timeout`` s) for the recording, which says the verdict; an experiment not kept on
+    Prefect (``backend="local"``) gets one from its figures alone.
+    """
+    from prefect.states import Completed, Failed
+
+    from patronus_tasks.results.verdict import Rule, judge
+
+    experiment.wait_recorded(timeout)
+    manifest = experiment.manifest
+    note = manifest.verdict or judge(experiment.summary(), None, Rule())
+    kind = Failed if note.failures else Completed
+    return kind(name=note.name, message=note.message, data=manifest.to_json())
+
+
+__all__ = ["experiment_flow_run_name", "use_built_in_server", "verdict_state"]

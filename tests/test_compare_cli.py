@@ -87,6 +87,11 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
     cmp = runner.invoke(app, ["compare", "base", "cmp/cand", *rd])
     assert cmp.exit_code == 0
     assert "regressed (5): s26, s27, s28, s29, s30" in cmp.stdout
+    # What got worse first, the counts before the p-value.
+    said = cmp.stdout.split("\n\n")[0].splitlines()
+    assert any(line.startswith("exact [link 0] worse: 5 worse / 3 better rows; 75.0% → 70.0% "
+                               "(-5.0 points); p=") for line in said), said
+    assert "closeness [link 0] better: 0 worse / 20 better rows; mean 0.5 → 0.6 (+0.1); p=0" in said
     assert "McNemar b=5 c=3" in cmp.stdout
     gated = runner.invoke(app, ["compare", "base", "cand", "--fail-on-regression", *rd])
     assert gated.exit_code == 1

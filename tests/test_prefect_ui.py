@@ -25,6 +25,7 @@ from prefect.client.schemas.filters import (
     LogFilterTaskRunId,
 )
 from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+from prefect.states import State
 
 from patronus_tasks import (
     EvaluationResult,
@@ -37,6 +38,8 @@ from patronus_tasks import (
     task,
 )
 from patronus_tasks.integrations.prefect.artifacts import artifact_key, summary_rows
+from patronus_tasks.integrations.prefect.cells import table_chars
+from patronus_tasks.prefect import verdict_state
 from patronus_tasks.results.compare import compare_experiments
 
 LONG = "the rows differ because " + "of many reasons " * 30
@@ -105,12 +108,14 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     flow_run, runs, logs = asyncio.run(_read(exp.manifest["flow_run_id"],
                                              f"results: {exp.results_path}"))
     states = {n: (r.state.type.value, r.state.name) for n, r in runs.items()}
+    # A verdict that did not pass is marked in its name: the graph and the lists write it.
     assert states == {
         "echo-q01": ("COMPLETED", "Completed"), "matches-q01": ("COMPLETED", "Passed"),
-        "echo-q02": ("COMPLETED", "Completed"), "matches-q02": ("COMPLETED", "Not passed"),
+        "echo-q02": ("COMPLETED", "Completed"), "✗ matches-q02": ("COMPLETED", "Not passed"),
         "echo-q03": ("FAILED", "Failed"),
         "echo-q04": ("COMPLETED", "Completed"), "matches-q04": ("FAILED", "Failed"),
     }
+    runs["matches-q02"] = runs["✗ matches-q02"]
     assert runs["matches-q01"].state.message == "score 1"
     failed_verdict = runs["matches-q02"].state.message
     assert failed_verdict.startswith("score 0 · the rows differ because of many")
@@ -119,14 +124,17 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     # A failed verdict or an error logs its whole story on its task run; a pass, nothing.
     logs_of = asyncio.run(_task_logs([r.id for r in runs.values()]))
     assert logs_of[str(runs["matches-q02"].id)] == [f"Not passed (score 0): {LONG}"]
-    assert logs_of[str(runs["matches-q04"].id)] == [  # a warning: the run goes on
-        "evaluator failed on this row: RuntimeError: judge unavailable (recorded as the "
-        "row's error; the experiment goes on)"]
+    said, trace = logs_of[str(runs["matches-q04"].id)][0].split("\n", 1)  # a warning: it goes on
+    assert said == ("evaluator failed on this row: RuntimeError: judge unavailable (recorded as "
+                    "the row's error; the experiment goes on)")
+    assert trace.startswith("Traceback (most recent call last):") and 'raise RuntimeError("judge' in trace
+    assert trace.endswith("RuntimeError: judge unavailable")
+    assert "ValueError: model down" in logs_of[str(runs["echo-q03"].id)][0]
     assert str(runs["matches-q01"].id) not in logs_of
     # A verdict that did not pass carries a tag of its own (the UI's tag filter lists it).
     verdict_tags = {n: sorted(set(r.tags) - {"project:ui-verdicts", "experiment:v1", "suite:ui"})
                     for n, r in runs.items()}
-    assert verdict_tags == {n: ["verdict:not-passed"] if n == "matches-q02" else [] for n in runs}
+    assert verdict_tags == {n: ["verdict:not-passed"] if "matches-q02" in n else [] for n in runs}
     # Inputs: the sample id and the fields received, never the runner's internals.
     assert _shown(runs["matches-q02"]) == {
         "sid": "q02", "evaluated_model_output": "b", "evaluated_model_gold_answer": "B",
@@ -140,14 +148,15 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
         "task": "echo", "evaluators": ["matches"], "max_concurrency": 2,
         "series": "ui-verdicts", "fail_on_regression": False}
     message = flow_run.state.message
-    assert flow_run.state.is_completed()
-    assert "matches 33.3% passed (1/3)" in message  # the evaluator's error counts as not passed
+    assert flow_run.state.is_completed() and flow_run.state.name == "Errors"  # named, tagged
+    assert "errors" in flow_run.tags and "regressed" not in flow_run.tags
+    assert message.startswith("Errors: 4 rows: matches 33.3% passed (1/3)")  # an error: not passed
     assert "task errors 1, evaluator errors 1" in message and str(exp.results_path) in message
     last = logs.index(f"results: {exp.results_path}")
     assert logs[last - 3: last + 2] == [
         "matches 33.3% passed (1/3)", "task errors 1, evaluator errors 1",
-        "no previous run to compare with", f"results: {exp.results_path}",
-        f"Finished in state Completed('{message}')"]
+        "This is the first run of its series: nothing to compare with yet.",
+        f"results: {exp.results_path}", f"Finished in state Errors('{message}', type=COMPLETED)"]
 
 
 async def _artifacts(series: str, kind: str) -> list[Any]:
@@ -167,24 +176,33 @@ def right(task_result: TaskResult, evaluated_model_gold_answer: str) -> bool:
 
 
 @flow(name="ui-nightly")
-def nightly(wrong: int, fail_on_regression: bool = False) -> dict[str, Any]:
-    """Twenty questions, the first ``wrong`` answered wrongly."""
+def nightly(wrong: int, fail_on_regression: bool = False) -> State:
+    """Twenty questions, the first ``wrong`` answered wrongly; the flow run ends in the
+    state named after the experiment's verdict."""
     data = [{"sid": f"s{i:02d}", "evaluated_model_gold_answer": "yes",
              "answer": "no" if i < wrong else "yes"} for i in range(20)]
     exp = run_experiment("ui-series", data=data, task=answer, evaluators=[right],
                          print_summary=False, fail_on_regression=fail_on_regression)
-    return {"path": str(exp.path), "flow_run_id": exp.manifest["flow_run_id"]}
+    return verdict_state(exp)
 
 
 @pytest.mark.heavy
 def test_runs_of_a_flow_form_a_series_compared_run_to_run(
         prefect_server: str, results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(results_dir))
-    first = nightly(wrong=0)
-    second = nightly(wrong=1)
+    first_state = nightly(wrong=0, return_state=True)
+    second_state = nightly(wrong=1, return_state=True)
+    first, second = first_state.result(), second_state.result()  # the manifests
+    for night in (first, second):
+        night["path"] = str(results_dir / "ui-series" / night["experiment_name"])
     with pytest.raises(QualityGateError) as gate:
         nightly(wrong=9, fail_on_regression=True)
     third = gate.value.experiment
+    # The calling flow runs are named after the verdict, which their messages say first;
+    # one row worse than the night before is "worse", p-value or not.
+    assert (first_state.name, second_state.name) == ("First run", "Regressed")
+    assert second_state.message.startswith(
+        "Regressed: right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
     series = "ui-nightly/ui-series"
     assert third.info.series == series
     summaries = asyncio.run(_artifacts(series, "summary"))
@@ -202,24 +220,45 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert (expected.mcnemar_b, expected.mcnemar_c) == (8, 0)
     table = compared[2].data
     lo, hi = expected.pass_diff_ci
-    assert (f"| right | 20 | 95.0% → 55.0% | {expected.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}] "
-            f"| {expected.mcnemar_p:.3g} | 8 / 0 | yes |") in table  # worse / better, regressed
+    assert table.split("\n")[2].startswith("**Worse**: right (8 worse / 0 better rows; 95.0% → 55.0%")
+    assert (f"| right | worse | 8 / 0 | 95.0% → 55.0% | {expected.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}] "
+            f"| {expected.mcnemar_p:.3g} | 20 |") in table  # the counts before the p-value
     previous = f"([its flow run](/runs/flow-run/{second['flow_run_id']}))"
     assert previous in table  # the previous run, a link the UI opens
-    regressed = re.findall(r"\[?`(s\d\d)`\]?(\(/runs/task-run/[0-9a-f-]+\))?",
-                           table.split("regressed on:")[1])
+    assert "`" not in table  # the UI's markdown shows backticks in links as they are
+    regressed = re.findall(r"\[?(s\d\d)\]?(\(/runs/task-run/[0-9a-f-]+\))?",
+                           table.split("got worse on:")[1])
     assert [sid for sid, _ in regressed] == [f"s{i:02d}" for i in range(1, 9)]  # s00: wrong both times
-    assert "-5.0%" in compared[1].data and "| no |" in compared[1].data  # not significant
+    assert "| right | worse | 1 / 0 |" in compared[1].data  # -5 points: worse, not significant
     asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
     _assert_charts(series, third, nights=3)
     asyncio.run(_assert_parent_figures(third))
+    asyncio.run(_assert_tags(first["flow_run_id"], second["flow_run_id"], third))
     # The history: one table, the series' runs newest first (the UI lists a key's
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
     rows = history if isinstance(history, list) else json.loads(history)
     assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
-        (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", ""),
+        (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", "right"),
         (Experiment(first["path"]).name, "100.0%", "")]
+
+
+async def _assert_tags(first: str, second: str, third: Any) -> None:
+    """The verdict as tags on the experiments' flow runs and on the flow runs that called
+    them: what every list of runs shows."""
+    async with get_client() as client:
+        runs = {name: await client.read_flow_run(run_id) for name, run_id in (
+            ("first", first), ("second", second), ("third", third.manifest["flow_run_id"]))}
+        parents = {name: await client.read_flow_run(
+            (await client.read_task_run(run.parent_task_run_id)).flow_run_id)
+            for name, run in runs.items()}
+    for found in (runs, parents):
+        assert not {"regressed", "gate-failed"} & set(found["first"].tags)
+        assert {"regressed", "regressed:right"} <= set(found["second"].tags)
+        assert "gate-failed" not in found["second"].tags
+        assert {"regressed", "regressed:right", "gate-failed"} <= set(found["third"].tags)
+    assert runs["second"].state.name == "Regressed" and parents["second"].state.name == "Regressed"
+    assert parents["third"].state.is_failed()  # a failed gate still fails the calling run
 
 
 def _pictures(markdown: str) -> list[tuple[str, bytes]]:
@@ -244,7 +283,8 @@ def _assert_charts(series: str, exp: Any, nights: int) -> None:
 
 
 async def _assert_parent_figures(exp: Any) -> None:
-    """The flow run that called the experiment shows its figures: an artifact, log lines."""
+    """The flow run that called the experiment shows its figures: an artifact, and as its
+    last log lines the figures, each evaluator against the previous run, the verdict."""
     async with get_client() as client:
         child = await client.read_flow_run(exp.manifest["flow_run_id"])
         parent = (await client.read_task_run(child.parent_task_run_id)).flow_run_id
@@ -255,14 +295,24 @@ async def _assert_parent_figures(exp: Any) -> None:
     ours = [a for a in found if a.type == "markdown"]  # (Prefect keeps the failure's result too)
     assert len(ours) == 1 and "right 55.0% passed (11/20)" in ours[0].data
     assert f"/runs/flow-run/{child.id}" in ours[0].data and len(_pictures(ours[0].data)) == 1
-    assert f"ui-series/{exp.name}: right 55.0% passed (11/20)" in logs
+    title = f"ui-series/{exp.name}"
+    mine = [i for i, line in enumerate(logs) if line.startswith(title)]
+    assert [logs[i] for i in mine] == [
+        f"{title}: right 55.0% passed (11/20)", f"{title}: task errors 0, evaluator errors 0",
+        f"{title}: vs previous run {exp.manifest['verdict']['lines'][2].split('vs previous run ')[1]}",
+        f"{title}: verdict: Gate failed (regressed, regressed:right, gate-failed)"]
+    assert "right worse: 8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078" in logs[mine[2]]
+    # Ours are the last lines but Prefect's own (the flow's failure, its end).
+    assert all(not line.startswith("ui-series/") for line in logs[mine[-1] + 1:])
+    assert mine == list(range(mine[0], mine[0] + 4))
 
 
 async def _assert_failed(flow_run_id: str) -> None:
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
-    assert run.state.is_failed()
-    assert "right [link 0] regressed against the previous run (pass rate -40.0%" in run.state.message
+    assert run.state.is_failed() and run.state.name == "Gate failed"
+    assert ("right [link 0] regressed (significantly) against the previous run: right worse: "
+            "8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078") in run.state.message
     assert "right 55.0% passed (11/20)" in run.state.message
 
 
@@ -273,9 +323,9 @@ def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir:
     table = asyncio.run(_artifacts("ui-tables", "summary"))[0].data
     rows = table if isinstance(table, list) else json.loads(table)
     assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",
-                     "mean score": "0.5", "min": "0", "median": "0.5", "max": "1",
-                     "results": 2, "evaluator errors": 1, "evaluator skips": 0,
-                     "task errors": 1, "task skips": 0}]
+                     "mean score": "0.5 (0 to 1)", "results": 2, "errors": "1",
+                     "task errors": 1, "skips": "0"}]
+    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
     report = asyncio.run(_artifacts("ui-tables", "report"))[0].data
     assert "| evaluator | pass rate | passed |" in report  # the summary as a table
     assert "| matches | 33.3% | 1/3 |" in report

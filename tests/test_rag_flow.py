@@ -80,5 +80,5 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     assert load_experiment("judged", tmp_path).wait_recorded(60)
     runs = asyncio.run(task_runs())
     assert len(runs) == 10 * 9  # the task and eight evaluators per row, each its own task run
-    assert runs["faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
-    assert runs["context_recall-r05"] == "Passed" and runs["answers-r07"] == "Not passed"
+    assert runs["✗ faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
+    assert runs["context_recall-r05"] == "Passed" and runs["✗ answers-r07"] == "Not passed"

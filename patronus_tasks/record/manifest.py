@@ -95,6 +95,19 @@ class UsageTotal(_Model):
     unpriced_calls: int = 0
 
 
+class VerdictNote(_Model):
+    """The run against the previous run of its series, as Prefect shows it
+    (`results.verdict`): a name, tags, a message, log lines, and what got worse or better."""
+
+    name: str  # Regressed, Gate failed, Errors, Improved, Unchanged, First run
+    message: str
+    tags: list[str] = []
+    lines: list[str] = []
+    worse: list[str] = []  # evaluators
+    better: list[str] = []
+    failures: list[str] = []  # gates that failed (``fail_on_regression`` included)
+
+
 class Manifest(_Model):
     manifest_version: int = MANIFEST_VERSION
     project: str
@@ -126,11 +139,14 @@ class Manifest(_Model):
     prefect: PrefectRecords | None = None
     #: What each reporter (results sent elsewhere: ``patronus``) says it did.
     reports: dict[str, dict[str, Any]] | None = None
+    #: The verdict against the series' previous run, once Prefect's side said it.
+    verdict: VerdictNote | None = None
 
     def _omitted(self) -> set[str]:
         # The ``prefect`` block only once there is one; figures only once computed.
         return {name for name in ("prefect", "reports", "usage", "metrics", "calls",
-                                  "cached_calls", "cost_usd") if getattr(self, name) is None}
+                                  "cached_calls", "cost_usd", "verdict")
+                if getattr(self, name) is None}
 
     def to_json(self) -> dict[str, Any]:
         """The JSON file's content."""

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.manifest import Manifest, PrefectRecords
+from patronus_tasks.record.manifest import Manifest, PrefectRecords, VerdictNote
 
 
 class RecordsProgress(Protocol):
@@ -115,17 +115,28 @@ class _Noted:
         self.flow_run_id: str | None = None
         self.series: str | None = None
         self.prefect: PrefectRecords | None = None
+        self.verdict: VerdictNote | None = None
 
     def hear(self, progress: RecordsProgress) -> None:
         self.flow_run_id = progress.flow_run_id or self.flow_run_id
         self.series = progress.series or self.series
+        self.verdict = getattr(progress, "verdict_note", None) or self.verdict
         self.prefect = PrefectRecords(
             task_runs=progress.expected, task_runs_recorded=progress.recorded,
             task_runs_lost=progress.lost, complete=progress.ended and not progress.lost)
 
     def onto(self, manifest: Manifest, over: bool = False) -> Manifest:
         """``manifest`` with what was noted: where it says nothing, or (``over``) over it."""
-        noted = {"flow_run_id": self.flow_run_id, "series": self.series, "prefect": self.prefect}
+        noted = {"flow_run_id": self.flow_run_id, "series": self.series, "prefect": self.prefect,
+                 "verdict": self.verdict}
         update = {k: v for k, v in noted.items()
                   if v is not None and (over or getattr(manifest, k) is None)}
         return manifest.model_copy(update=update) if update else manifest
+
+
+def note_verdict(out_dir: Path | Location, note: VerdictNote) -> None:
+    """Add the verdict to the manifest written in ``out_dir`` (rows run by Prefect's engine:
+    no recording hears it)."""
+    current = read_manifest(out_dir)
+    if current is not None:
+        ManifestFile(out_dir).write(current.model_copy(update={"verdict": note}))

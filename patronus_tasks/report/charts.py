@@ -19,6 +19,7 @@ import pandas as pd
 from patronus_tasks.record.records import STATUS_OK
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.summary import EvaluatorStats, Summary
+from patronus_tasks.results.verdict import Rule
 
 if TYPE_CHECKING:  # matplotlib is imported only when a chart is drawn
     from matplotlib.axes import Axes
@@ -226,20 +227,26 @@ def _change(e: EvaluatorComparison) -> tuple[float, float, bool] | None:
     return None
 
 
-def _change_text(e: EvaluatorComparison, is_rate: bool) -> str:
-    moved = f"{len(e.regressed)} regressed, {len(e.improved)} improved"
+def _change_text(e: EvaluatorComparison, is_rate: bool, rule: Rule) -> str:
+    """The counts first, then the change, then the p-value: ``worse · 3 worse / 0 better
+    rows · -33.3 points · p=0.25``."""
+    parts = [rule.movement(e), f"{len(e.regressed)} worse / {len(e.improved)} better rows"]
     if is_rate and e.pass_diff is not None:
         shown = e.mcnemar_p if e.mcnemar_p is not None else e.pass_p
-        p = f", p={shown:.2g}" if shown is not None else ""
-        return f"{e.pass_diff:+.1%}{p} · {moved}"
-    p = f", p={e.score_p:.2g}" if e.score_p is not None else ""
-    return f"mean {e.mean_diff or 0:+.3g}{p} · {moved}"
+        parts.append(f"{e.pass_diff * 100:+.1f} points")
+    else:
+        shown = e.score_p
+        parts.append(f"mean {e.mean_diff or 0:+.3g}")
+    if shown is not None:
+        parts.append(f"p={shown:.2g}")
+    return " · ".join(parts)
 
 
-def comparison_chart(comparison: Comparison, alpha: float = 0.05,
+def comparison_chart(comparison: Comparison, rule: Rule | None = None,
                      title: str = "Against the previous run") -> bytes | None:
-    """Each evaluator from the previous run's figure (hollow) to this run's (filled), red
-    when it regressed significantly, green when it improved significantly."""
+    """Each evaluator from the previous run's figure (hollow) to this run's (filled): red
+    when it got worse, green when better (`results.verdict.Rule`), grey when the same."""
+    rule = rule or Rule()
     items = [(e, c) for e in comparison.evaluators if (c := _change(e)) is not None][:MOST]
     if not items:
         return None
@@ -247,18 +254,20 @@ def comparison_chart(comparison: Comparison, alpha: float = 0.05,
     fig = _figure(8, 1.0 + 0.7 * len(items))
     ax = fig.add_subplot()
     for y, (e, (a, b, is_rate)) in zip(range(len(items))[::-1], items, strict=True):
-        colour = _movement_colour(e, b - a, alpha)
+        colour = {"worse": FAIL, "better": PASS}.get(rule.movement(e), NEUTRAL)
         ax.annotate("", xy=(b, y), xytext=(a, y),
                     arrowprops={"arrowstyle": "->", "color": colour, "lw": 2})
         ax.plot([a], [y], "o", mfc="white", mec=colour, ms=8)
         ax.plot([b], [y], "o", color=colour, ms=8)
-        ax.text(min(a, b), y + 0.18, _change_text(e, is_rate), va="bottom", fontsize=9)
+        ax.text(min(a, b), y + 0.18, _change_text(e, is_rate, rule), va="bottom", fontsize=9,
+                color=colour if colour != NEUTRAL else "#333333")
     ax.set_yticks(range(len(items))[::-1], [_label(e, many) for e, _ in items])
     ax.set_ylim(-0.5, len(items) - 0.2)
     ends = [v for _, c in items for v in c[:2]]
     if min(ends) >= 0 and max(ends) <= 1:
         ax.set_xlim(0, 1)
-    ax.set_title(f"{title}: before (hollow) → this run (filled)", fontsize=11, loc="left")
+    ax.set_title(f"{title}: before (hollow) → this run (filled); red: worse, green: better",
+                 fontsize=11, loc="left")
     _style(ax)
     return png(fig)
 
@@ -267,60 +276,75 @@ def _label(e: EvaluatorComparison, many: bool) -> str:
     return f"{e.evaluator} [link {e.link_index}]" if many else e.evaluator
 
 
-def _movement_colour(e: EvaluatorComparison, moved: float, alpha: float) -> str:
-    if e.regressed_significantly(alpha):
-        return FAIL
-    p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if e.pass_diff is not None \
-        else e.score_p
-    return PASS if moved > 0 and p is not None and p < alpha else NEUTRAL
+#: Distinct colours for the series' lines (matplotlib's tab10 without its red, kept for
+#: "worse"; then tab20's lighter tones).
+LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94",
+                "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
 
 
 def history_chart(nights: Sequence[Night]) -> bytes | None:
-    """Each evaluator's pass rate (or mean) night by night, oldest first; a night in which
-    an evaluator regressed significantly is marked with a red ring and a shaded band."""
-    names = list(dict.fromkeys(n for night in nights for n in night.values))[:MOST]
+    """Each evaluator's pass rate (or mean) night by night, oldest first, one colour and
+    one legend entry per line; a night in which an evaluator got worse is marked with a
+    red ring and a shaded band."""
+    names = [n for n in dict.fromkeys(n for night in nights for n in night.values)
+             if any(night.values.get(n) is not None for night in nights)][:MOST]
     if len(nights) < 1 or not names:
         return None
     fig = _figure(9, 3.6)
     ax = fig.add_subplot()
     xs = list(range(len(nights)))
-    for name in names:
+    for i, name in enumerate(names):
         ys = [night.values.get(name) for night in nights]
-        ax.plot(xs, [math.nan if y is None else y for y in ys], marker="o", ms=4, label=name)
+        colour = LINE_COLOURS[i % len(LINE_COLOURS)]
+        ax.plot(xs, [math.nan if y is None else y for y in ys], marker="o", ms=4, label=name,
+                color=colour)
         bad = [(x, y) for x, y, night in zip(xs, ys, nights, strict=True)
                if name in night.regressed and y is not None]
-        ax.plot([x for x, _ in bad], [y for _, y in bad], "o", ms=12, mfc="none", mec=FAIL, mew=2)
+        if bad:
+            ax.plot([x for x, _ in bad], [y for _, y in bad], "o", ms=12, mfc="none", mec=FAIL,
+                    mew=2, color=FAIL)
     for x, night in zip(xs, nights, strict=True):
         if night.regressed:
             ax.axvspan(x - 0.4, x + 0.4, color=FAIL, alpha=0.12, lw=0)
-    _history_axes(ax, nights)
+    _history_axes(ax, nights, len(names))
     return png(fig)
 
 
-def _history_axes(ax: Axes, nights: Sequence[Night]) -> None:
+def night_labels(labels: Sequence[str]) -> list[str]:
+    """Labels that tell runs apart: ``MM-DD HH:MM``, with the seconds when two runs share a
+    minute, numbered when they share a second."""
+    short = [label[:11] for label in labels]
+    if len(set(short)) == len(short):
+        return short
+    full = list(labels)
+    return full if len(set(full)) == len(full) else [f"{label} #{i + 1}" for i, label in enumerate(full)]
+
+
+def _history_axes(ax: Axes, nights: Sequence[Night], lines: int) -> None:
     ys = (pd.to_numeric(pd.Series(line.get_ydata()), errors="coerce") for line in ax.get_lines())
-    lines = [float(v) for y in ys for v in y.dropna()]
-    if lines and min(lines) >= 0 and max(lines) <= 1:
+    values = [float(v) for y in ys for v in y.dropna()]
+    if values and min(values) >= 0 and max(values) <= 1:
         ax.set_ylim(-0.02, 1.05)  # rates on their whole scale: a zoomed axis overstates a wobble
         ax.yaxis.set_major_formatter(_percent)
     step = max(1, len(nights) // 12)  # at most ~12 dates under the axis
     ticks = list(range(0, len(nights), step))
-    ax.set_xticks(ticks, [nights[i].label for i in ticks], rotation=30, ha="right", fontsize=8)
+    labels = night_labels([night.label for night in nights])
+    ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=30, ha="right", fontsize=8)
     ax.set_xlim(-0.6, len(nights) - 0.4)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title("Pass rate (or mean score) per run, oldest first; red: regressed",
+    ax.set_title("Pass rate (or mean score) per run, oldest first; red: got worse",
                  fontsize=11, loc="left")
     _style(ax)
 
 
-
 def draw(name: str, summary: Summary, df: pd.DataFrame,
-         comparison: Comparison | None = None) -> bytes | None:
+         comparison: Comparison | None = None, rule: Rule | None = None) -> bytes | None:
     """One of a run's charts by name: ``rates``, ``scores`` or ``comparison``."""
     if name == "rates":
         return rates_chart(bars(summary, df))
     if name == "scores":
         return scores_chart(df, summary)
     if name == "comparison":
-        return comparison_chart(comparison) if comparison is not None else None
+        return comparison_chart(comparison, rule) if comparison is not None else None
     raise ValueError(f"no chart {name!r}: rates, scores or comparison")

@@ -25,12 +25,12 @@ from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
 from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import usage_rows
+from patronus_tasks.results.verdict import Rule, said
 
 #: Sample ids listed per evaluator as regressed or improved (each a filter of the table).
 SIDS_SHOWN = 50
 #: Rows that flip between repeats, listed in the summary table's cell (each a filter).
 FLIPS_SHOWN = 6
-ALPHA = 0.05
 
 
 @dataclass
@@ -191,7 +191,7 @@ def _sid_chips(e: EvaluatorComparison, sids: list[str]) -> str:
                    for s in sids[:SIDS_SHOWN]) + more
 
 
-def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
+def _comparison_row(e: EvaluatorComparison, rule: Rule) -> dict[str, Any]:
     if e.pass_diff is not None and e.pass_diff_ci is not None:
         lo, hi = e.pass_diff_ci
         change = f"{e.pass_rate_a:.1%} → {e.pass_rate_b:.1%}"
@@ -203,27 +203,31 @@ def _comparison_row(e: EvaluatorComparison) -> dict[str, Any]:
         change = f"mean {e.mean_a or 0:.3g} → {e.mean_b or 0:.3g}"
         diff = f"{e.mean_diff or 0:+.3g} [{lo:+.3g}, {hi:+.3g}]"
         p = f"bootstrap {e.score_p:.3g}" if e.score_p is not None else ""
-    flag = "<b style='color:var(--fail)'>regressed</b>" if e.regressed_significantly(ALPHA) else ""
-    return {"evaluator": esc(e.evaluator), "paired": e.paired, "before → after": change,
-            "difference [95%]": diff, "p": p, "": flag}
+    word = rule.movement(e)
+    return {"evaluator": esc(e.evaluator), "verdict": f"<b class='moved {word}'>{word}</b>",
+            "worse / better rows": f"{len(e.regressed)} / {len(e.improved)}",
+            "before → after": change, "difference [95%]": diff, "p": p, "paired": e.paired}
 
 
 def comparison_section(r: ReportInput) -> str:
-    """The run against the other: figures, the chart, and the rows that moved (each one a
-    filter of the table below)."""
-    c = r.comparison
+    """The run against the other: what got worse or better (counts first, p after), the
+    chart, and the rows that moved (each one a filter of the table below)."""
+    c, rule = r.comparison, Rule()
     if c is None:
         return ""
     moved = "".join(
-        f"<p><b>{esc(e.evaluator)}</b> regressed on {len(e.regressed)}: {_sid_chips(e, e.regressed)}</p>"
+        f"<p><b>{esc(e.evaluator)}</b> got worse on {len(e.regressed)}: {_sid_chips(e, e.regressed)}</p>"
         * bool(e.regressed)
-        + f"<p><b>{esc(e.evaluator)}</b> improved on {len(e.improved)}: {_sid_chips(e, e.improved)}</p>"
+        + f"<p><b>{esc(e.evaluator)}</b> got better on {len(e.improved)}: {_sid_chips(e, e.improved)}</p>"
         * bool(e.improved) for e in c.evaluators)
-    note = (f"<p class=note>Against <b>{esc(c.a)}</b>: rows paired by sample id; only there: "
-            f"{c.only_in_a}, only here: {c.only_in_b}.</p>")
+    said_ = "".join(f"<li class='moved {rule.movement(e)}'>{esc(said(e, rule))}</li>" for e in c.evaluators)
+    note = (f"<ul class=verdicts>{said_}</ul><p class=note>Against <b>{esc(c.a)}</b>: rows paired by "
+            f"sample id; only there: {c.only_in_a}, only here: {c.only_in_b}. Worse: the pass rate "
+            f"(or mean score) fell by {rule.drop:.0%} or more, or more rows got worse than "
+            "better.</p>")
     given = (r.drawn or {}).get("comparison")  # a run's: "against the previous run"
-    chart = image(given or charts.comparison_chart(c, ALPHA, f"Against {c.a}"), "against the other run")
-    table = _table([_comparison_row(e) for e in c.evaluators])
+    chart = image(given or charts.comparison_chart(c, rule, f"Against {c.a}"), "against the other run")
+    table = _table([_comparison_row(e, rule) for e in c.evaluators])
     return (f'<h2>Against {esc(c.a)}</h2><section class="card charts">{note}{chart}{table}'
             f"{moved}</section>")
 

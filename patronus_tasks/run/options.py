@@ -58,7 +58,13 @@ class ExperimentOptions(TypedDict, total=False):
     # The runs compared with each other and sharing Prefect artifact keys; None: the
     # deployment (or flow) the experiment runs in, and its project.
     series: str | None
-    fail_on_regression: bool  # fail when the series' previous run did significantly better
+    # Fail when the series' previous run did better: True or "significant" (p < 0.05), or
+    # "worse" (the pass rate or mean score fell by regression_threshold, or more rows got
+    # worse than better); see results.verdict.
+    fail_on_regression: bool | str
+    # The fall in pass rate (or mean score) called "worse": a number (0.05: 5 points), or
+    # {evaluator: number, "*": the rest}.
+    regression_threshold: float | Mapping[str, float] | None
     dataset: DataInput | None  # the Patronus SDK's name of ``data=``
     reporters: Sequence[Reporter] | None  # results sent elsewhere too
     # Which calls become Prefect task runs: "all", or "failures" (errors and verdicts that
@@ -88,7 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
     "fail_on_regression": False, "dataset": None, "reporters": None, "record": "all",
     "html_report": True, "repeats": 1, "cache": None, "prices": None, "metrics": None,
-    "min_metrics": None,
+    "min_metrics": None, "regression_threshold": None,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

@@ -25,6 +25,7 @@ from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
+from patronus_tasks.results.verdict import Rule, rule_of
 from patronus_tasks.run.modes import RECORD_MODES, RecordMode
 from patronus_tasks.run.observers import Reporter
 from patronus_tasks.run.options import BackendOption, ExperimentOptions, TaskRunnerOption, pick_data, resolved
@@ -63,6 +64,7 @@ class ExperimentSpec:
     on_progress: Callable[[int, int], None] | None = None  # (rows done, rows in all)
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
+    rule: Rule = field(default_factory=Rule)  # when a run is worse than the previous one
     reporters: tuple[Reporter, ...] = ()  # the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them
@@ -266,6 +268,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
         raise ConfigError(f"record must be one of {', '.join(map(repr, RECORD_MODES))}, not "
                           f"{o['record']!r}: 'all' makes every call a task run, 'failures' only "
                           "errors and verdicts that did not pass.")
+    rule = rule_of(o["regression_threshold"], o["fail_on_regression"])
     if o["fail_on_regression"] and kind == "local":
         raise ConfigError("fail_on_regression compares with the previous run of the series, "
                           "which the Prefect server knows: use backend='prefect' (or Dask).")
@@ -280,7 +283,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           min_pass_rates=dict(o["min_pass_rates"] or {}),
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
-                          fail_on_regression=bool(o["fail_on_regression"]),
+                          fail_on_regression=rule.fail_on is not None, rule=rule,
                           reporters=tuple(o["reporters"] or ()), record=o["record"],
                           html_report=bool(o["html_report"]), repeats=repeats,
                           cache=cache_setting(o["cache"]), results_root=root,

@@ -62,17 +62,18 @@ def summary_rows(summary: Summary) -> list[dict[str, Any]]:
 def _repeat_cells(s: EvaluatorStats) -> dict[str, Any]:
     r = s.repeats
     if r is None:
-        return {"pass@k": "", "pass^k": "", "flipping rows": ""}
-    return {"pass@k": f"{pct(r.pass_at_k)} (k={r.k})", "pass^k": pct(r.pass_hat_k),
-            "flipping rows": f"{len(r.flipping)}/{r.rows}"}
+        return {"repeats": ""}
+    return {"repeats": f"pass@{r.k} {pct(r.pass_at_k)} · pass^{r.k} {pct(r.pass_hat_k)} · "
+                       f"{len(r.flipping)}/{r.rows} flip"}
 
 
 def _usage_cells(summary: Summary, step: str, kind: str) -> dict[str, Any]:
     lines = [u for u in summary.usage if u.step == step and u.kind == kind]
     known = [u.cost_usd for u in lines if u.cost_usd is not None]
-    return {"calls made": sum(u.calls for u in lines), "cached": sum(u.cached for u in lines),
-            "tokens in/out": f"{sum(u.input_tokens for u in lines):,}/"
-                             f"{sum(u.output_tokens for u in lines):,}",
+    cached = sum(u.cached for u in lines)
+    return {"calls": f"{sum(u.calls for u in lines)}" + (f" (+{cached} cached)" if cached else ""),
+            "tokens in / out": f"{sum(u.input_tokens for u in lines):,} / "
+                               f"{sum(u.output_tokens for u in lines):,}",
             "cost USD": f"{sum(known):.4g}" if known else ""}
 
 
@@ -85,19 +86,31 @@ def _with_usage(rows: list[dict[str, Any]], summary: Summary) -> list[dict[str, 
                    for t in tasks]
 
 
+def _score_cell(s: EvaluatorStats) -> str:
+    """The mean score, and the range when the scores differ: ``0.5 (0 to 1)``."""
+    if "mean" not in s.scores:
+        return ""
+    low, high = s.scores["min"], s.scores["max"]
+    return num(s.scores["mean"]) + ("" if low == high else f" ({num(low)} to {num(high)})")
+
+
+def _skips(evaluator: int, task: int) -> str:
+    said = [f"{evaluator} evaluator" * bool(evaluator), f"{task} task" * bool(task)]
+    return ", ".join(x for x in said if x) or "0"
+
+
 def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[str, Any]:
+    # Few, short columns: the table must fit the Prefect UI at a 1,500 px window (the
+    # quartiles are in the -report and the HTML report).
     row: dict[str, Any] = {"link": s.link_index} if with_link else {}
     row.update({
         "evaluator": s.evaluator, "pass rate": pct(s.pass_rate),
         "passed": f"{s.passed}/{s.judged}" if s.pass_rate is not None else "",
-        "mean score": num(s.scores.get("mean")), "min": num(s.scores.get("min")),
-        "median": num(s.scores.get("50%")), "max": num(s.scores.get("max")),
-        "results": s.count, "evaluator errors": s.errors, "evaluator skips": s.skipped,
+        "mean score": _score_cell(s), "results": s.count,
+        "errors": f"{s.errors}" + (f" ({s.unscored} unscored)" if s.unscored else ""),
         "task errors": summary.task_errors_by_link.get(s.link_index, 0),
-        "task skips": summary.skipped_tasks_by_link.get(s.link_index, 0),
+        "skips": _skips(s.skipped, summary.skipped_tasks_by_link.get(s.link_index, 0)),
     })
-    if any(e.unscored for e in summary.evaluators):  # a judge gave no verdict: said apart
-        row["unscored"] = s.unscored
     return row
 
 

@@ -33,3 +33,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
+
+
+def table_chars(rows: list[dict[str, Any]]) -> int:
+    """About how many characters wide ``rows`` are as a table: each column as wide as its
+    longest header or cell, and 3 for its padding (the Prefect UI shows ~110 at a 1,500 px
+    window beside its side panels)."""
+    if not rows:
+        return 0
+    return sum(max(len(str(k)), *(len(_cell(r.get(k))) for r in rows)) + 3 for k in rows[0])

@@ -28,7 +28,9 @@ from patronus_tasks.integrations.prefect.artifacts import (
     results_link,
 )
 from patronus_tasks.integrations.prefect.cells import markdown_table
+from patronus_tasks.integrations.prefect.flowruns import add_tags
 from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run
 from patronus_tasks.results.compare import Comparison
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
 HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
-                           "regressed"})
+                           "errors (task / evaluator)", "metrics", "cost USD", "regressed"})
 
 
 def data_url(png: bytes) -> str:
@@ -69,7 +71,7 @@ def nights(history: list[dict[str, Any]]) -> list[_charts.Night]:
     for row in reversed(history):
         values = {k: _figure(v) for k, v in row.items() if k not in HISTORY_FIXED}
         regressed = [n.strip() for n in str(row.get("regressed") or "").split(",") if n.strip()]
-        out.append(_charts.Night(str(row.get("started", ""))[5:16], values, regressed))
+        out.append(_charts.Night(str(row.get("started", ""))[5:19], values, regressed))
     return out
 
 
@@ -118,18 +120,22 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
                       *picture(rates, "pass rates")])
 
 
-async def publish_to_parent(parent: str, title: str, summary: Summary, markdown: str,
+async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
                             client: PrefectClient) -> None:
-    """The figures on the parent flow run: an artifact (its Artifacts tab) and log lines
-    (its Logs tab, where a deployment's run opens)."""
+    """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
+    and log lines (its Logs tab, where a deployment's run opens: the figures, each
+    evaluator against the previous run, the verdict), posted last before that run ends."""
     from prefect.client.schemas.actions import ArtifactCreate, LogCreate
 
     now = dt.datetime.now(dt.UTC)
-    logs = [LogCreate(name="patronus_tasks", level=logging.INFO, message=f"{title}: {line}",
-                      timestamp=now, flow_run_id=parent) for line in summary.headlines()]
-    await client.create_artifact(ArtifactCreate(
-        type="markdown", data=markdown, flow_run_id=parent,
-        description=f"{title}: {summary.headline()}"))
+    said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
+    logs = [LogCreate(name="patronus_tasks", level=logging.WARNING if note.worse or note.failures
+                      else logging.INFO, message=f"{title}: {line}", timestamp=now,
+                      flow_run_id=parent) for line in said]
+    if markdown is not None:
+        await client.create_artifact(ArtifactCreate(
+            type="markdown", data=markdown, flow_run_id=parent, description=f"{title}: {note.message}"))
+    await add_tags(client, parent, note.tags)
     await client.create_logs(logs)
 
 
@@ -150,12 +156,12 @@ def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comp
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
                          comparison: Comparison | str, history: list[dict[str, Any]],
-                         target: Target, parent: str | None,
-                         html_report: bool = True) -> Path | Location | None:
-    """Write the HTML report (unless ``html_report`` is False), publish ``<series>-charts``
-    and the figures on the ``parent`` flow run (if any); return where the report is."""
+                         target: Target, html_report: bool = True) -> str | None:
+    """Write the HTML report (unless ``html_report`` is False) and publish
+    ``<series>-charts``; return what the parent flow run shows of the run (None: the
+    charts could not be drawn)."""
     try:
-        charts_md, parent_md, report = await asyncio.to_thread(
+        charts_md, parent_md, _ = await asyncio.to_thread(
             _make, title, experiment, summary, comparison, history, html_report,
             target.flow_run_id)
     except Exception as exc:  # pictures are extras: the run and its results stand
@@ -164,6 +170,4 @@ async def publish_charts(series: str, title: str, experiment: Experiment, summar
     await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
                                   description=f"{title}: {summary.headline()}",
                                   flow_run_id=target.flow_run_id), target.client)
-    if parent is not None:
-        await publish_to_parent(parent, title, summary, parent_md, target.client)
-    return report
+    return parent_md

@@ -7,18 +7,18 @@ from itertools import islice
 
 from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
-from patronus_tasks.integrations.prefect.events import State
+from patronus_tasks.integrations.prefect.events import NOT_PASSED_TAG, State
 from patronus_tasks.run.runner import Invocation
 
 #: Characters of one input value or explanation shown; the Parquet keeps them whole.
 SHOWN_CHARS = 160
 #: Row columns shown for a step taking the whole row (the first ones, besides the sid).
 SHOWN_COLUMNS = 12
-#: The tag of a verdict that did not pass. Prefect's UI colours a task run by its state's
-#: type and its state filters offer only Prefect's own state names, so a finding (of the
-#: completed type: not an error) is told apart and listed by this tag, which the UI shows
-#: on the run and its tag filters offer.
-NOT_PASSED_TAG = "verdict:not-passed"
+#: The tag of a verdict that did not pass (`events.NOT_PASSED_TAG`). Prefect's UI colours a
+#: task run by its state's type and its state filters offer only Prefect's own state
+#: names, so a finding (of the completed type: not an error) is told apart and listed by
+#: this tag, which the UI shows on the run and its tag filters offer, and marked in its
+#: name (`events.NOT_PASSED_MARK`), which the run graph writes.
 #: The state of a call the cache answered: Prefect's own name for a cache hit.
 CACHED = "Cached"
 
@@ -99,6 +99,18 @@ def call_inputs(inv: Invocation) -> dict[str, str]:
     return shown
 
 
+#: Characters of a traceback logged on a call's task run: its end, where the error is
+#: (the results keep it whole: ``error_traceback``).
+TRACEBACK_CHARS = 4000
+
+
+def _tail(trace: str) -> str:
+    trace = trace.rstrip()
+    if len(trace) <= TRACEBACK_CHARS:
+        return trace
+    return f"… ({len(trace) - TRACEBACK_CHARS} characters before)\n" + trace[-TRACEBACK_CHARS:]
+
+
 def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
     """The log line (level, message) a call's task run gets when it needs a look: a
     failed verdict with its whole explanation, an error. Others get none (a failed
@@ -109,9 +121,10 @@ def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
     recorded data, not the experiment failing (that run ends Completed)."""
     if state.type == "FAILED":
         what = "timed out" if state.name == "TimedOut" else "failed"
-        return logging.WARNING, (f"{inv.step.kind} {what} on this row: "
-                                 f"{state.message} (recorded as the row's error; the "
-                                 "experiment goes on)")
+        said = (f"{inv.step.kind} {what} on this row: {state.message} (recorded as the row's "
+                "error; the experiment goes on)")
+        trace = inv.error.traceback if inv.error is not None else ""
+        return logging.WARNING, said + (f"\n{_tail(trace)}" if trace else "")
     result = inv.value
     if not not_passed(state) or not isinstance(result, EvaluationResult) \
             or not result.explanation:

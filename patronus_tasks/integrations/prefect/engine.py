@@ -22,6 +22,7 @@ from patronus_tasks.integrations.prefect.clients import get_client
 from patronus_tasks.integrations.prefect.opening import opening
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening, ParentRun
 from patronus_tasks.integrations.prefect.taskrunner import OnTaskRunner
+from patronus_tasks.record.manifest_file import note_verdict
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.spec import ExperimentSpec
@@ -85,7 +86,7 @@ class EngineKeeper:
         the state it ends with."""
         o = self.opened
         closing = Closing(o.key, "completed", tuple(failures), self.spec.fail_on_regression,
-                          calls)
+                          calls, rule=self.spec.rule)
         async with get_client() as client:
             series = await flowruns.series_of(client, o.project, o.series, o.parent)
             target = Target(client, self.flow_run_id, self.flow_run_id)
@@ -93,6 +94,8 @@ class EngineKeeper:
         log = get_run_logger()
         for level, line in verdict.lines:
             log.log(level, "%s", line)
+        if verdict.note is not None:  # what `verdict_state` reads, as on the default path
+            note_verdict(self.spec.out_dir, verdict.note)
         self.state = verdict.state
         return verdict.failures
 

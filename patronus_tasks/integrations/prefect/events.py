@@ -76,6 +76,18 @@ class State:
 
 
 RUNNING = State("RUNNING", "Running")
+#: The tag of a verdict that did not pass (see `display`).
+NOT_PASSED_TAG = "verdict:not-passed"
+#: What a verdict that did not pass shows before its name. Prefect's UI colours a task run
+#: by its state's type only (a finding is of the completed type: green, with a tick, in
+#: the lists and the graph); its name is what a client can set, and the graph writes it.
+#: Its id still derives from the plain name.
+NOT_PASSED_MARK = "✗ "
+
+
+def shown_name(name: str, state: State) -> str:
+    """A call's task-run name as the UI lists it: marked when its verdict did not pass."""
+    return NOT_PASSED_MARK + name if NOT_PASSED_TAG in state.tags else name
 
 
 class EventFormat:
@@ -99,7 +111,8 @@ class EventFormat:
             "event": f"prefect.task-run.{state.name}",
             "resource": {
                 "prefect.resource.id": f"prefect.task-run.{call.task_run_id}",
-                "prefect.resource.name": call.name, "prefect.orchestration": "client",
+                "prefect.resource.name": shown_name(call.name, state),
+                "prefect.orchestration": "client",
                 "prefect.state-name": state.name, "prefect.state-type": state.type,
                 "prefect.run-count": str(run_count),
                 "prefect.state-message": message or "",
@@ -110,12 +123,13 @@ class EventFormat:
                 "intended": {"from": None, "to": state.type},
                 "validated_state": {"type": state.type, "name": state.name, "message": message,
                                     "state_details": {}, "data": None},
-                "task_run": self._task_run(call, run_count, end, state.tags),
+                "task_run": self._task_run(call, run_count, end, state),
             },
         }
 
     def _task_run(self, call: Call, run_count: int, end: dt.datetime | None,
-                  tags: tuple[str, ...] = ()) -> dict[str, Any]:
+                  state: State) -> dict[str, Any]:
+        tags = state.tags
         inputs: dict[str, Any] = {}
         if call.upstream:
             inputs["wait_for"] = [{"input_type": "task_run", "id": call.upstream}]
@@ -124,7 +138,8 @@ class EventFormat:
         for name, shown in (call.inputs or {}).items():
             inputs[name] = [{"input_type": "constant", "type": shown}]
         run: dict[str, Any] = {
-            "name": call.name, "task_key": call.task_key, "dynamic_key": call.name,
+            "name": shown_name(call.name, state), "task_key": call.task_key,
+            "dynamic_key": call.name,
             "tags": [*self.tags, *tags] if tags else self.tags, "task_inputs": inputs, "run_count": run_count,
             "empirical_policy": {"retries": call.retries, "retry_delay": call.retry_delay},
             "start_time": call.start.isoformat(), "expected_start_time": call.start.isoformat(),

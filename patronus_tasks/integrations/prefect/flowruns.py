@@ -93,3 +93,14 @@ async def finish(client: PrefectClient, flow_run_id: str, state: State[Any],
     await client.set_flow_run_state(flow_run_id, state, force=True)
     if parent_task_run is not None:
         await client.set_task_run_state(uuid.UUID(parent_task_run), state.model_copy(), force=True)
+
+
+async def add_tags(client: PrefectClient, flow_run_id: str, tags: list[str]) -> None:
+    """Add ``tags`` to a flow run's (its own and those of the experiment's parent run:
+    Prefect lets any client change a flow run's tags, which every list of runs shows)."""
+    if not tags:
+        return
+    run = await client.read_flow_run(uuid.UUID(flow_run_id))
+    merged = list(dict.fromkeys([*run.tags, *tags]))
+    if merged != list(run.tags):
+        await client.update_flow_run(uuid.UUID(flow_run_id), tags=merged)

@@ -74,7 +74,7 @@ class RecorderKeeper:
         flow run, once the records are in (that flow run must not end first)."""
         spec, recording = self.spec, self.recording
         recording.close(Closing(recording.key, "completed", tuple(failures),
-                                spec.fail_on_regression, calls))
+                                spec.fail_on_regression, calls, rule=spec.rule))
         if spec.fail_on_regression:
             said = await asyncio.to_thread(recording.wait_verdict)
             failures = failures if said is None else said

@@ -14,21 +14,25 @@ from prefect.states import Completed, Failed, State
 
 from patronus_tasks.integrations.prefect import artifacts as _artifacts
 from patronus_tasks.integrations.prefect import series as _series
-from patronus_tasks.integrations.prefect.charts import publish_charts
+from patronus_tasks.integrations.prefect.charts import publish_charts, publish_to_parent
+from patronus_tasks.integrations.prefect.flowruns import add_tags
 from patronus_tasks.integrations.prefect.protocol import Closing, Opening
 from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.summary import Summary
+from patronus_tasks.results.verdict import judge, rule_of
 
 
 @dataclass
 class Verdict:
-    """What the experiment's flow run ends with: its state, the lines it logs, and the
-    gates that failed (those checked here, ``fail_on_regression``, included)."""
+    """What the experiment's flow run ends with: its state, the lines it logs, the gates
+    that failed (those checked here, ``fail_on_regression``, included) and the verdict
+    against the previous run (`results.verdict`), which the experiment's process keeps."""
 
     state: State
     lines: list[tuple[int, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    note: VerdictNote | None = None
 
 
 @dataclass(frozen=True)
@@ -54,29 +58,33 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
     """Top to bottom: the series' previous run (asked before this one is published), the
     results read and set against it, their artifacts, the comparison, the history and
     the charts published; the verdict said (a gate that failed, ``closing.gate_failures``
-    or a regression, fails it)."""
+    or a regression, fails it) on this flow run (tags) and on its parent (tags, figures)."""
     previous = await _series.previous_run(p.series, p.target.client)
     experiment = Experiment(p.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
-    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids)
+    rule = closing.rule or rule_of(None, closing.fail_on_regression)
+    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids, rule)
     await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
                              experiment)
     await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
     history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
-    await publish_charts(p.series, p.title, experiment, summary, seen.comparison, history,
-                         p.target, p.parent, p.html_report)  # the report, the charts, the parent's
-    regressed = seen.regressions if closing.fail_on_regression else []
-    return _verdict(experiment, summary, seen.headline, [*closing.gate_failures, *regressed])
+    parent_md = await publish_charts(p.series, p.title, experiment, summary, seen.comparison,
+                                     history, p.target, p.html_report)
+    note = judge(summary, seen.comparison, rule, closing.gate_failures)
+    await add_tags(p.target.client, p.target.flow_run_id, note.tags)
+    if p.parent is not None:
+        await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
+    return _verdict(experiment, note)
 
 
-def _verdict(experiment: Experiment, summary: Summary, compared: str,
-             failures: list[str]) -> Verdict:
-    message = f"{summary.headline()}. Results: {experiment.results_path}"
-    lines = [(logging.INFO, line) for line in (*summary.headlines(), compared,
-                                               f"results: {experiment.results_path}")]
-    if not failures:
-        return Verdict(Completed(message=message), lines)
-    lines += [(logging.ERROR, f"quality gate failed: {f}") for f in failures]
-    return Verdict(Failed(message=f"quality gate failed: {'; '.join(failures)}. {message}"),
-                   lines, failures)
+def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
+    message = f"{note.message}. Results: {experiment.results_path}"
+    level = logging.WARNING if note.worse else logging.INFO
+    lines = [(logging.INFO, line) for line in note.lines if not line.startswith("vs previous")]
+    lines += [(level, line) for line in note.lines if line.startswith("vs previous")]
+    lines.append((logging.INFO, f"results: {experiment.results_path}"))
+    if not note.failures:
+        return Verdict(Completed(name=note.name, message=message), lines, note=note)
+    lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
+    return Verdict(Failed(name=note.name, message=message), lines, note.failures, note)

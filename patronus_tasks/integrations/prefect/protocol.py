@@ -4,7 +4,8 @@ To the recorder process (`recording`, `ToRecorder`): ``("open", Opening)`` once 
 experiment, then ``("calls", [(key, CallItem), ...], {key: rows done})``, then
 ``("close", Closing)``; ``("stop",)`` when the experiment's process stops waiting for it.
 Back (`recorder_main`, `FromRecorder`): ``("flow_run", key, (id, url, series))``,
-``("progress", key, Progress)``, ``("verdict", key, [failure, ...])`` and
+``("progress", key, Progress)``, ``("verdict", key, VerdictNote)`` (the gates that failed
+are its ``failures``; an empty list when there is no verdict) and
 ``("done", key, Progress)``. Pickled frames (`channel`): these types are the contract.
 """
 
@@ -20,6 +21,8 @@ from patronus_tasks.run.modes import RecordMode
 if TYPE_CHECKING:
     from patronus_tasks.integrations.prefect.events import Call, State
     from patronus_tasks.record.location import Location
+    from patronus_tasks.record.manifest import VerdictNote
+    from patronus_tasks.results.verdict import Rule
 
 #: A call's news: running (its run count), finished (its state, run count and end), or
 #: a log record of it.
@@ -37,7 +40,7 @@ ToRecorder: TypeAlias = (tuple[Literal["open"], "Opening"]
 FlowRunMade: TypeAlias = tuple[str, str | None, str]
 FromRecorder: TypeAlias = (tuple[Literal["flow_run"], str, FlowRunMade]
                            | tuple[Literal["progress", "done"], str, "Progress"]
-                           | tuple[Literal["verdict"], str, list[str]])
+                           | tuple[Literal["verdict"], str, "VerdictNote | list[str]"])
 
 @dataclass(frozen=True)
 class ParentRun:
@@ -84,6 +87,7 @@ class Closing:
     fail_on_regression: bool = False
     calls: int = 0  # calls made, recorded or not
     why: str | None = None  # what interrupted it
+    rule: Rule | None = None  # when it is worse than the previous run, and what that fails
 
 
 @dataclass

@@ -225,7 +225,8 @@ class Session:
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
                              " ".join(str(exc).split())[:300])
-        self.service.tell(("verdict", self.o.key, verdict.failures))
+        said = verdict.note if verdict.note is not None else verdict.failures
+        self.service.tell(("verdict", self.o.key, said))
         return verdict
 
     def _publishing(self, client: PrefectClient) -> postrun.Publishing:

@@ -47,6 +47,7 @@ from patronus_tasks.integrations.prefect.protocol import (
     Progress,
     ToRecorder,
 )
+from patronus_tasks.record.manifest import VerdictNote
 
 if TYPE_CHECKING:
     from patronus_tasks.run.execute import RunTotals
@@ -77,6 +78,7 @@ class Recording:
         self.series: str | None = None  # the series it is compared in, once known
         self.tally: RunTotals | None = None  # the rows' totals, for the progress artifact
         self.verdict: list[str] | None = None  # gates that failed, said once published
+        self.verdict_note: VerdictNote | None = None  # the verdict, as Prefect shows it
         self._verdict_said = threading.Event()
         self._done = threading.Event()
 
@@ -133,7 +135,10 @@ class Recording:
         if message[0] == "flow_run":
             self.flow_run_id, self.flow_run_url, self.series = message[2]
         elif message[0] == "verdict":
-            self.verdict = list(message[2])
+            said = message[2]
+            self.verdict_note = said if isinstance(said, VerdictNote) else None
+            self.verdict = list(said.failures if isinstance(said, VerdictNote) else said)
+            self._noted()
             self._verdict_said.set()
             return
         else:

@@ -22,14 +22,13 @@ from patronus_tasks.integrations.prefect.keys import artifact_key
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
+from patronus_tasks.results.verdict import ALPHA, Rule, said
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
     from prefect.client.schemas.objects import Artifact as ArtifactResponse
 
 logger = logging.getLogger("patronus_tasks")
-#: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
-ALPHA = 0.05
 ROWS_SHOWN = 20
 
 
@@ -82,31 +81,28 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
         return f"The previous run's results at `{previous.location}` could not be read: {exc}"
 
 
-def _pass_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
+def _pass_row(e: EvaluatorComparison, with_link: bool, rule: Rule) -> dict[str, Any]:
     lo, hi = e.pass_diff_ci or (None, None)
     interval = f" [{pct(lo, True)}, {pct(hi, True)}]" if lo is not None else ""
-    return {**_name(e, with_link), "rows": e.paired,
+    return {**_name(e, with_link), "verdict": rule.movement(e),
+            "worse / better rows": f"{len(e.regressed)} / {len(e.improved)}",
             "before → now": f"{pct(e.pass_rate_a)} → {pct(e.pass_rate_b)}",
             "change [95%]": pct(e.pass_diff, signed=True) + interval,
-            "p": num(e.mcnemar_p if e.mcnemar_p is not None else e.pass_p),
-            "worse / better": f"{len(e.regressed)} / {len(e.improved)}", **_significant(e)}
+            "p": num(e.mcnemar_p if e.mcnemar_p is not None else e.pass_p), "rows": e.paired}
 
 
-def _score_row(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
+def _score_row(e: EvaluatorComparison, with_link: bool, rule: Rule) -> dict[str, Any]:
     lo, hi = e.mean_diff_ci or (None, None)
     interval = f" [{lo:+.3g}, {hi:+.3g}]" if lo is not None else ""
-    return {**_name(e, with_link), "rows": e.paired,
+    return {**_name(e, with_link), "verdict": rule.movement(e),
+            "worse / better rows": f"{len(e.regressed)} / {len(e.improved)}",
             "mean before → now": f"{num(e.mean_a)} → {num(e.mean_b)}",
             "change [95%]": (f"{e.mean_diff:+.3g}" if e.mean_diff is not None else "") + interval,
-            "p": num(e.score_p), **_significant(e)}
+            "p": num(e.score_p), "rows": e.paired}
 
 
 def _name(e: EvaluatorComparison, with_link: bool) -> dict[str, Any]:
     return {"evaluator": e.evaluator, **({"link": e.link_index} if with_link else {})}
-
-
-def _significant(e: EvaluatorComparison) -> dict[str, str]:
-    return {"regressed": "yes" if e.regressed_significantly(ALPHA) else "no"}
 
 
 def regressed_task_runs(comparison: Comparison | str) -> list[str]:
@@ -118,10 +114,11 @@ def regressed_task_runs(comparison: Comparison | str) -> list[str]:
             for e in comparison.evaluators for sid in e.regressed[:ROWS_SHOWN]]
 
 
-def comparison_markdown(title: str, comparison: Comparison | str,
-                        previous: PreviousRun | None, ids: dict[str, str] | None = None) -> str:
-    """The comparison as a table, then the rows that regressed, per evaluator (sample ids
-    linking to this run's task runs: ``ids``)."""
+def comparison_markdown(title: str, comparison: Comparison | str, previous: PreviousRun | None,
+                        ids: dict[str, str] | None = None, rule: Rule | None = None) -> str:
+    """The comparison: what got worse or better first, then the figures as tables, then the
+    rows that got worse, per evaluator (sample ids linking to this run's task runs: ``ids``)."""
+    rule = rule or Rule()
     lines = [f"# {title} vs the previous run", ""]
     if isinstance(comparison, str):
         return "\n".join([*lines, comparison])
@@ -130,67 +127,74 @@ def comparison_markdown(title: str, comparison: Comparison | str,
            if previous.flow_run_id else "")
     paired = {"repeat": "sample id and repeat", "mean": "sample id (each row's mean over its "
               "repeats)"}.get(comparison.pairing, "sample id")
-    lines += [f"Previous run: `{comparison.a}`{run}, results `{previous.location}`. "
-              f"Rows paired by {paired}; only in the previous run: {comparison.only_in_a}, "
-              f"only in this one: {comparison.only_in_b}.", ""]
+    lines += [*_verdict_lines(comparison, rule), "",
+              f"Previous run: **{comparison.a}**{run}, results `{previous.location}`. Rows paired "
+              f"by {paired}; only in the previous run: {comparison.only_in_a}, only in this one: "
+              f"{comparison.only_in_b}.", ""]
     many = len({e.link_index for e in comparison.evaluators}) > 1
     verdicts = [e for e in comparison.evaluators if e.pass_diff is not None]
-    scores = [e for e in comparison.evaluators if e.mean_diff is not None]
+    scores = [e for e in comparison.evaluators if e.mean_diff is not None and e.pass_diff is None]
     if verdicts:
-        lines += ["## Pass rates", "", *markdown_table([_pass_row(e, many) for e in verdicts]), ""]
+        lines += ["## Pass rates", "", *markdown_table([_pass_row(e, many, rule) for e in verdicts]), ""]
     if scores:
-        lines += ["## Mean scores", "", *markdown_table([_score_row(e, many) for e in scores]), ""]
-    lines += [f"p: McNemar's exact test on the rows that changed (pass rates), a paired "
-              f"bootstrap (means); regressed: worse with p < {ALPHA}; worse / better: rows "
-              "that went from pass to fail / fail to pass."]
+        lines += ["## Mean scores", "", *markdown_table([_score_row(e, many, rule) for e in scores]), ""]
+    lines += [f"worse: the pass rate (or mean score) fell by {rule.drop:.0%} or more, or more rows "
+              "got worse (pass to fail) than better; p: McNemar's exact test on the rows that "
+              f"changed (pass rates), a paired bootstrap (means); significant below {ALPHA}."]
     for e in comparison.evaluators:
         if e.regressed:
             more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""
-            lines += ["", f"**{e.evaluator}** regressed on: "
+            lines += ["", f"**{e.evaluator}** got worse on: "
                       + ", ".join(_sid(s, e, ids or {}) for s in e.regressed[:ROWS_SHOWN]) + more]
     return "\n".join(lines)
 
 
+def _verdict_lines(comparison: Comparison, rule: Rule) -> list[str]:
+    """**Worse** and **better** first, counts before p-values."""
+    out = []
+    for word in ("worse", "better"):
+        moved = [e for e in comparison.evaluators if rule.movement(e) == word]
+        if moved:
+            out.append(f"**{word.capitalize()}**: " + "; ".join(
+                said(e, rule).split(": ", 1)[1].join([f"{e.evaluator} (", ")"]) for e in moved))
+    return out or ["**Unchanged**: no evaluator got worse or better."]
+
+
 def _sid(sid: str, e: EvaluatorComparison, ids: dict[str, str]) -> str:
+    # Plain text: the UI's markdown shows backticks inside a link as they are.
     found = ids.get(_links.run_name(e.evaluator, sid, e.link_index))
-    return f"[`{sid}`]({_links.task_run(found)})" if found else f"`{sid}`"
+    return f"[{sid}]({_links.task_run(found)})" if found else sid
 
 
-def regression_failures(comparison: Comparison | str) -> list[str]:
-    """One message per evaluator that regressed significantly."""
-    if isinstance(comparison, str):
-        return []
-    return [f"{e.evaluator} [link {e.link_index}] regressed against the previous run "
-            + (f"(pass rate {e.pass_diff:+.1%}, McNemar p={e.mcnemar_p:.3g})"
-               if e.pass_diff is not None and e.mcnemar_p is not None
-               else f"(mean score {e.mean_diff:+.3g}, bootstrap p={e.score_p:.3g})")
-            for e in comparison.significant_regressions(ALPHA)]
-
-
-def headline(comparison: Comparison | str) -> str:
+def headline(comparison: Comparison | str, rule: Rule | None = None) -> str:
     """The comparison in one line, for the artifact's description (its history)."""
     if isinstance(comparison, str):
         return "no previous run to compare with"
-    parts = [f"{e.evaluator} {e.pass_diff:+.1%} (p={e.mcnemar_p:.2g})" if e.pass_diff is not None
-             and e.mcnemar_p is not None else f"{e.evaluator} {e.mean_diff or 0:+.3g}"
-             for e in comparison.evaluators]
+    rule = rule or Rule()
+    parts = [said(e, rule) for e in comparison.evaluators]
     return "vs previous: " + ("; ".join(parts) or "no paired evaluations")
 
 
-def history_row(this: Experiment, summary: Summary, comparison: Comparison | str) -> dict[str, Any]:
+def history_row(this: Experiment, summary: Summary, comparison: Comparison | str,
+                rule: Rule | None = None) -> dict[str, Any]:
     """This run as one row of its series' history: when, what, each evaluator's figure."""
-    row: dict[str, Any] = {"started": this.manifest.started_at[:16].replace("T", " "),
-                           "experiment": this.name, "rows": summary.samples}
+    row: dict[str, Any] = {"started": this.manifest.started_at[:19].replace("T", " "),
+                           "experiment": this.name}
     for s in summary.evaluators:
         name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator
         row[name] = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
                      else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
-    regressed = [] if isinstance(comparison, str) else comparison.significant_regressions(ALPHA)
-    for m in summary.metrics:
-        row[m.name] = "error" if m.error is not None else num(m.value)
+    rule = rule or Rule()
+    regressed = [] if isinstance(comparison, str) else [
+        e for e in comparison.evaluators if rule.movement(e) == "worse"]
+    # The metrics in one cell, the errors in one: the table must fit a 1,500 px window.
+    metrics = ", ".join(f"{m.name} {'error' if m.error is not None else num(m.value)}"
+                        for m in summary.metrics)
+    if metrics:
+        row["metrics"] = metrics
     if summary.cost_usd is not None:
         row["cost USD"] = f"{summary.cost_usd:.4g}"
-    row.update({"task errors": summary.task_errors, "evaluator errors": summary.evaluator_errors,
+    row.update({"errors (task / evaluator)": f"{summary.task_errors} / {summary.evaluator_errors}",
                 "regressed": ", ".join(e.evaluator for e in regressed)})
     return row
 
@@ -198,21 +202,21 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
 @dataclass(frozen=True)
 class InSeries:
     """This run in its series: against the previous run (the comparison, in one line,
-    as the ``-vs-previous`` markdown, the regressions that fail ``fail_on_regression``)
-    and as a row of the series' history."""
+    as the ``-vs-previous`` markdown) and as a row of the series' history."""
 
     comparison: Comparison | str
     headline: str
     markdown: str
-    regressions: list[str]
     history_row: dict[str, Any]
 
 
 def in_series(title: str, previous: PreviousRun | None, this: Experiment, summary: Summary,
-              ids: Callable[[list[str]], dict[str, str]]) -> InSeries:
-    """``this`` run against ``previous``; ``ids`` gives the task-run ids of calls by name
-    (the markdown links the rows that regressed to them)."""
+              ids: Callable[[list[str]], dict[str, str]], rule: Rule | None = None) -> InSeries:
+    """``this`` run against ``previous`` (``rule``: what is worse); ``ids`` gives the
+    task-run ids of calls by name (the markdown links the rows that got worse to them)."""
+    rule = rule or Rule()
     comparison = compare_with(previous, this)
-    markdown = comparison_markdown(title, comparison, previous, ids(regressed_task_runs(comparison)))
-    return InSeries(comparison, headline(comparison), markdown, regression_failures(comparison),
-                    history_row(this, summary, comparison))
+    markdown = comparison_markdown(title, comparison, previous,
+                                   ids(regressed_task_runs(comparison)), rule)
+    return InSeries(comparison, headline(comparison, rule), markdown,
+                    history_row(this, summary, comparison, rule))

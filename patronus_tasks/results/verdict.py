@@ -1,0 +1,162 @@
+"""A run's verdict against the previous run of its series, said plainly.
+
+Significance alone hides a nightly's news: nine rows whose pass rate halves have
+McNemar p = 0.25, "not significant". So a drop is called **worse** when the pass rate (or,
+with no verdicts, the mean score) fell by at least `Rule.drop` (5 points by default,
+settable per evaluator) or when more rows got worse than better; **better** the other way
+round. Every view says the counts first ("3 worse / 0 better") and the p-value after.
+
+The verdict's name (``Regressed``, ``Gate failed``, ``Errors``, ``Improved``,
+``Unchanged``, ``First run``), tags (``regressed``, ``regressed:<evaluator>``,
+``gate-failed``, ``errors``), message and log lines are what the Prefect UI shows of a
+run: on the experiment's flow run and on the flow run that called it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.manifest import VerdictNote
+from patronus_tasks.results.compare import Comparison, EvaluatorComparison
+from patronus_tasks.results.summary import Summary
+
+#: How far a pass rate (or mean score) may fall before a run is called worse: 5 points.
+DROP = 0.05
+#: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
+ALPHA = 0.05
+Movement = Literal["worse", "better", "same"]
+FailOn = Literal["significant", "worse"]
+_EPS = 1e-12  # a change of exactly the threshold counts, whatever the float rounding
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a run is worse than the previous one, and which regressions fail it.
+
+    ``drop``: the fall in pass rate (or mean score) that makes an evaluator worse, with
+    ``per_evaluator`` overrides; ``fail_on``: ``"significant"`` (p < `ALPHA`), ``"worse"``
+    (this rule), or None (a regression fails nothing).
+    """
+
+    drop: float = DROP
+    per_evaluator: Mapping[str, float] = field(default_factory=dict)
+    fail_on: FailOn | None = None
+
+    def drop_for(self, evaluator: str) -> float:
+        return self.per_evaluator.get(evaluator, self.drop)
+
+    def movement(self, e: EvaluatorComparison) -> Movement:
+        """``worse``, ``better`` or ``same`` (see the module)."""
+        change = e.pass_diff if e.pass_diff is not None else e.mean_diff
+        drop = self.drop_for(e.evaluator)
+        worse, better = len(e.regressed), len(e.improved)
+        if (change is not None and change <= -drop + _EPS) or worse > better:
+            return "worse"
+        if (change is not None and change >= drop - _EPS) or better > worse:
+            return "better"
+        return "same"
+
+    def fails(self, e: EvaluatorComparison) -> bool:
+        if self.fail_on == "significant":
+            return e.regressed_significantly(ALPHA)
+        return self.fail_on == "worse" and self.movement(e) == "worse"
+
+
+def rule_of(threshold: float | Mapping[str, float] | None, fail_on_regression: Any) -> Rule:
+    """The `Rule` of an experiment's ``regression_threshold`` (a number, or ``{evaluator:
+    number}`` with ``"*"`` for the rest) and ``fail_on_regression`` (True or
+    ``"significant"``, ``"worse"``, False); a wrong value is a `ConfigError`."""
+    fail_on: FailOn | None
+    if fail_on_regression in (False, None):
+        fail_on = None
+    elif fail_on_regression is True or fail_on_regression == "significant":
+        fail_on = "significant"
+    elif fail_on_regression == "worse":
+        fail_on = "worse"
+    else:
+        raise ConfigError(f"fail_on_regression must be True (or 'significant': p < {ALPHA}), "
+                          f"'worse' (the drop rule) or False, not {fail_on_regression!r}.")
+    if threshold is None:
+        return Rule(fail_on=fail_on)
+    given = dict(threshold) if isinstance(threshold, Mapping) else {"*": threshold}
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ConfigError(f"regression_threshold[{name!r}] must be a fall in pass rate (or "
+                              f"mean score) from 0 to 1, e.g. 0.05 for 5 points, not {value!r}.")
+    default = float(given.pop("*", DROP))
+    return Rule(default, {k: float(v) for k, v in given.items()}, fail_on)
+
+
+def _figure(a: float | None, b: float | None, rate: bool) -> str:
+    if a is None or b is None:
+        return ""
+    if rate:
+        return f"{a:.1%} → {b:.1%} ({(b - a) * 100:+.1f} points)"
+    return f"mean {a:.3g} → {b:.3g} ({b - a:+.3g})"
+
+
+def said(e: EvaluatorComparison, rule: Rule, many_links: bool = False) -> str:
+    """One evaluator against the previous run, counts first, p after:
+    ``result_matches_gold worse: 3 worse / 0 better rows; 66.7% → 33.3% (-33.3 points); p=0.25``."""
+    rate = e.pass_diff is not None
+    p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if rate else e.score_p
+    parts = [f"{len(e.regressed)} worse / {len(e.improved)} better rows",
+             _figure(e.pass_rate_a, e.pass_rate_b, True) if rate else _figure(e.mean_a, e.mean_b, False)]
+    if p is not None:
+        parts.append(f"p={p:.2g}")
+    name = f"{e.evaluator} [link {e.link_index}]" if many_links else e.evaluator
+    return f"{name} {rule.movement(e)}: " + "; ".join(x for x in parts if x)
+
+
+def comparison_lines(comparison: Comparison | str | None, rule: Rule) -> list[str]:
+    """The comparison as log lines: one per evaluator (or why there is none)."""
+    if comparison is None:
+        return []
+    if isinstance(comparison, str):
+        return [comparison]
+    many = len({e.link_index for e in comparison.evaluators}) > 1
+    return [f"vs previous run {comparison.a}: {said(e, rule, many)}" for e in comparison.evaluators]
+
+
+def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
+          gate_failures: Sequence[str] = ()) -> VerdictNote:
+    """The run's verdict: its name, tags, message and log lines (see the module);
+    ``comparison``: against the previous run, why there is none (a first run), or None
+    (not known here: a run not kept on Prefect)."""
+    evaluators = comparison.evaluators if isinstance(comparison, Comparison) else []
+    worse = [e for e in evaluators if rule.movement(e) == "worse"]
+    better = [e for e in evaluators if rule.movement(e) == "better"]
+    failures = [*gate_failures, *regression_failures(comparison, rule)]
+    errors = summary.task_errors + summary.evaluator_errors
+    unknown = "First run" if isinstance(comparison, str) else "Completed"
+    name = ("Gate failed" if failures else "Regressed" if worse else "Errors" if errors
+            else "Improved" if better else "Unchanged" if evaluators else unknown)
+    tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
+    tags += ["gate-failed"] if failures else []
+    tags += ["errors"] if errors else []
+    lines = [*summary.headlines(), *comparison_lines(comparison, rule)]
+    return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures),
+                       tags=list(dict.fromkeys(tags)), lines=lines,
+                       worse=[e.evaluator for e in worse], better=[e.evaluator for e in better],
+                       failures=failures)
+
+
+def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
+             better: list[EvaluatorComparison], rule: Rule, failures: list[str]) -> str:
+    head = f"{name}: "
+    if failures:
+        head += "quality gate failed: " + "; ".join(failures) + ". "
+    moved = [said(e, rule) for e in (*worse, *better)]
+    return head + ("; ".join(moved) + ". " if moved else "") + summary.headline()
+
+
+def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list[str]:
+    """One message per evaluator whose regression fails the run (`Rule.fail_on`)."""
+    if not isinstance(comparison, Comparison) or rule.fail_on is None:
+        return []
+    why = "significantly" if rule.fail_on == "significant" else "worse"
+    return [f"{e.evaluator} [link {e.link_index}] regressed ({why}) against the previous run: "
+            + said(e, rule) for e in comparison.evaluators if rule.fails(e)]

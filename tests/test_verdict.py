@@ -1,0 +1,113 @@
+"""A run's verdict against the previous one, said plainly (patronus_tasks.results.verdict):
+"worse" by a drop threshold or by counts, not only by significance; its name, tags and
+message; the options that set it; and the state a calling flow ends in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patronus_tasks import ConfigError, QualityGateError, Row, evaluator, run_experiment, task
+from patronus_tasks.prefect import verdict_state
+from patronus_tasks.results.compare import Comparison, EvaluatorComparison
+from patronus_tasks.results.summary import EvaluatorStats, Summary
+from patronus_tasks.results.verdict import Rule, judge, rule_of, said
+
+
+def moved(name: str, a: float, b: float, worse: int, better: int, p: float = 0.5) -> EvaluatorComparison:
+    return EvaluatorComparison(link_index=0, evaluator=name, paired=20, pass_rate_a=a, pass_rate_b=b,
+                               pass_diff=b - a, mcnemar_p=p, regressed=[f"w{i}" for i in range(worse)],
+                               improved=[f"b{i}" for i in range(better)])
+
+
+def summary(errors: int = 0) -> Summary:
+    stats = EvaluatorStats(0, "judge", 20, 12, 20, 0, 0, 0.6)
+    return Summary([stats], samples=20, task_errors=errors, evaluator_errors=0, skipped_tasks=0)
+
+
+@pytest.mark.parametrize(("e", "rule", "word"), [
+    (moved("j", 0.667, 0.333, 3, 0, p=0.25), Rule(), "worse"),  # not significant, still worse
+    (moved("j", 0.80, 0.78, 1, 1), Rule(), "same"),  # a wobble: 2 points, as many each way
+    (moved("j", 0.80, 0.78, 2, 1), Rule(), "worse"),  # more rows worse than better
+    (moved("j", 0.80, 0.74, 3, 3), Rule(drop=0.10), "same"),  # 6 points under a 10-point rule
+    (moved("j", 0.80, 0.74, 3, 3), Rule(drop=0.10, per_evaluator={"j": 0.05}), "worse"),
+    (moved("j", 0.70, 0.75, 0, 1), Rule(), "better"),
+])
+def test_worse_better_or_the_same(e: EvaluatorComparison, rule: Rule, word: str) -> None:
+    assert rule.movement(e) == word
+
+
+def test_said_counts_first_then_the_change_then_p() -> None:
+    e = moved("result_matches_gold", 2 / 3, 1 / 3, 3, 0, p=0.25)
+    assert said(e, Rule()) == ("result_matches_gold worse: 3 worse / 0 better rows; "
+                               "66.7% → 33.3% (-33.3 points); p=0.25")
+
+
+def test_the_verdict_names_tags_and_says_it() -> None:
+    comparison = Comparison("night-1", "night-2", [moved("judge", 0.9, 0.6, 6, 0, p=0.03),
+                                                   moved("tone", 0.5, 0.6, 0, 2)], 0, 0)
+    note = judge(summary(errors=1), comparison, Rule())
+    assert (note.name, note.worse, note.better) == ("Regressed", ["judge"], ["tone"])
+    assert note.tags == ["regressed", "regressed:judge", "errors"]
+    assert note.message.startswith("Regressed: judge worse: 6 worse / 0 better rows; 90.0% → 60.0%")
+    assert "vs previous run night-1: tone better: 0 worse / 2 better rows" in note.lines[-1]
+    failed = judge(summary(), comparison, Rule(fail_on="worse"))
+    assert failed.name == "Gate failed" and failed.tags == ["regressed", "regressed:judge", "gate-failed"]
+    assert failed.failures == ["judge [link 0] regressed (worse) against the previous run: "
+                               + said(comparison.evaluators[0], Rule())]
+    assert judge(summary(), "This is the first run of its series.", Rule()).name == "First run"
+    assert judge(summary(), None, Rule()).name == "Completed"
+    assert judge(summary(errors=2), None, Rule()).tags == ["errors"]
+
+
+def test_options_that_set_the_rule() -> None:
+    rule = rule_of({"judge": 0.1, "*": 0.02}, "worse")
+    assert (rule.drop, rule.drop_for("judge"), rule.fail_on) == (0.02, 0.1, "worse")
+    assert rule_of(None, True).fail_on == "significant" and rule_of(0.2, False).fail_on is None
+    for threshold, fail_on, message in [(2, False, r"regression_threshold\['\*'\] must be"),
+                                        ({"j": -0.1}, False, r"regression_threshold\['j'\]"),
+                                        (None, "sometimes", "fail_on_regression must be")]:
+        with pytest.raises(ConfigError, match=message):
+            rule_of(threshold, fail_on)
+    with pytest.raises(ConfigError, match="regression_threshold"):
+        run_experiment("rule", data=[{"x": 1}], backend="local", regression_threshold=5)
+
+
+@task
+def answer(row: Row) -> str:
+    return str(row.answer)
+
+
+@evaluator
+def right(task_result: Any, evaluated_model_gold_answer: str) -> bool:
+    return bool(task_result.evaluated_model_output == evaluated_model_gold_answer)
+
+
+def night(wrong: int, results_dir: Path, **options: Any) -> Any:
+    data = [{"sid": f"s{i:02d}", "evaluated_model_gold_answer": "yes",
+             "answer": "no" if i < wrong else "yes"} for i in range(20)]
+    return run_experiment("verdict-rule", data=data, task=answer, evaluators=[right],
+                          results_dir=results_dir, print_summary=False, html_report=False, **options)
+
+
+def test_fail_on_regression_worse_fails_a_night_one_row_worse(prefect_server: str,
+                                                              results_dir: Path) -> None:
+    first = night(0, results_dir, series="verdict-rule-1")
+    assert first.wait_recorded(60) and first.manifest.verdict.name == "First run"
+    with pytest.raises(QualityGateError, match=r"right \[link 0\] regressed \(worse\)"):
+        night(1, results_dir, series="verdict-rule-1", fail_on_regression="worse")
+    # The same night under a looser rule for that evaluator: worse, but nothing fails.
+    third = night(2, results_dir, series="verdict-rule-1", regression_threshold={"right": 0.2})
+    assert third.wait_recorded(60)
+    assert third.manifest.verdict.name == "Regressed"  # one more row worse than better
+
+
+def test_verdict_state_without_prefect_says_the_figures(results_dir: Path) -> None:
+    exp = night(3, results_dir, backend="local")
+    state = verdict_state(exp)
+    assert state.is_completed() and state.name == "Completed"
+    assert state.message == ("Completed: 20 rows: right 85.0% passed (17/20); task errors 0, "
+                             "evaluator errors 0")
+    assert state.data == exp.manifest.to_json()
