@@ -48,7 +48,7 @@ async def ids() -> None:
         ui = "http://127.0.0.1:4310"
         (scratch / "urls").write_text(
             f"deployment 1500,900 {ui}/deployments/deployment/{deployment.id}\n"
-            f"runs 1500,800 {ui}/runs\n"
+            f"runs 1500,1300 {ui}/runs\n"
             f"parent-run 1500,1200 {ui}/runs/flow-run/{parent}\n"
             f"summary 1500,700 {ui}/artifacts/artifact/{art['summary'].id}\n"
             f"history 1500,700 {ui}/artifacts/artifact/{art['history'].id}\n"

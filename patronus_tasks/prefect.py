@@ -25,15 +25,16 @@ def use_built_in_server() -> None:
 def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[Any]:
     """The state a flow that ran ``experiment`` ends in: ``return verdict_state(exp)``.
 
-    Named after the verdict against the previous run of its series (``Regressed``,
-    ``Errors``, ``Improved``, ``Unchanged``, ``First run``; `results.verdict`), of
-    Prefect's completed type, its message the verdict and the figures ("Regressed:
-    result_matches_gold worse: 3 worse / 0 better rows; 66.7% → 33.3% ..."), its data the
-    manifest. Lists of runs show that name, and the run's tags (``regressed``,
-    ``regressed:<evaluator>``, ``errors``), which the recorder adds. A gate that failed
-    raised `QualityGateError` already: the flow run fails with it. Waits (up to
-    ``timeout`` s) for the recording, which says the verdict; an experiment not kept on
-    Prefect (``backend="local"``) gets one from its figures alone.
+    Completed, its message the verdict against the previous run of its series
+    (``Regressed``, ``Errors``, ``Improved``, ``Unchanged``, ``First run``;
+    `results.verdict`) and the figures ("Regressed: result_matches_gold worse: 3 worse / 0
+    better rows; 66.7% → 33.3% ..."), its data the manifest; the run's tags (``regressed``,
+    ``regressed:<evaluator>``, ``errors``), which the recorder adds, show in every list.
+    Its name stays Prefect's own: the UI's run lists filter by state name, and a run in a
+    state named "Regressed" is left out of its deployment's page. A gate that failed raised
+    `QualityGateError` already: the flow run fails with it. Waits (up to ``timeout`` s)
+    for the recording, which says the verdict; an experiment not kept on Prefect
+    (``backend="local"``) gets one from its figures alone.
     """
     from prefect.states import Completed, Failed
 
@@ -43,7 +44,7 @@ def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[
     manifest = experiment.manifest
     note = manifest.verdict or judge(experiment.summary(), None, Rule())
     kind = Failed if note.failures else Completed
-    return kind(name=note.name, message=note.message, data=manifest.to_json())
+    return kind(message=note.message, data=manifest.to_json())
 
 
 __all__ = ["experiment_flow_run_name", "use_built_in_server", "verdict_state"]

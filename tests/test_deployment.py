@@ -95,7 +95,8 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
                                                "vs-previous", "history", "charts")}
     # The deployment's own flow run carries the verdict: its state's name, its tags (one
     # row's SQL fails by design: errors), the figures in its message.
-    assert parent.state.name == child.state.name == "Errors" and "errors" in parent.tags
+    assert parent.state.name == child.state.name == "Completed"  # Prefect's: the lists filter by it
+    assert "errors" in parent.tags and "errors" in child.tags
     assert parent.state.message.startswith("Errors: 12 rows: result_matches_gold 66.7% passed (6/9)")
     assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
     assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"

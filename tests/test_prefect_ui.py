@@ -148,7 +148,7 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
         "task": "echo", "evaluators": ["matches"], "max_concurrency": 2,
         "series": "ui-verdicts", "fail_on_regression": False}
     message = flow_run.state.message
-    assert flow_run.state.is_completed() and flow_run.state.name == "Errors"  # named, tagged
+    assert flow_run.state.is_completed() and flow_run.state.name == "Completed"  # said, tagged
     assert "errors" in flow_run.tags and "regressed" not in flow_run.tags
     assert message.startswith("Errors: 4 rows: matches 33.3% passed (1/3)")  # an error: not passed
     assert "task errors 1, evaluator errors 1" in message and str(exp.results_path) in message
@@ -156,7 +156,7 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     assert logs[last - 3: last + 2] == [
         "matches 33.3% passed (1/3)", "task errors 1, evaluator errors 1",
         "This is the first run of its series: nothing to compare with yet.",
-        f"results: {exp.results_path}", f"Finished in state Errors('{message}', type=COMPLETED)"]
+        f"results: {exp.results_path}", f"Finished in state Completed('{message}')"]
 
 
 async def _artifacts(series: str, kind: str) -> list[Any]:
@@ -198,9 +198,9 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     with pytest.raises(QualityGateError) as gate:
         nightly(wrong=9, fail_on_regression=True)
     third = gate.value.experiment
-    # The calling flow runs are named after the verdict, which their messages say first;
+    # The calling flow runs say the verdict first in their messages (their tags say it too);
     # one row worse than the night before is "worse", p-value or not.
-    assert (first_state.name, second_state.name) == ("First run", "Regressed")
+    assert first_state.message.startswith("First run: ") and second_state.is_completed()
     assert second_state.message.startswith(
         "Regressed: right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
     series = "ui-nightly/ui-series"
@@ -225,7 +225,7 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
             f"| {expected.mcnemar_p:.3g} | 20 |") in table  # the counts before the p-value
     previous = f"([its flow run](/runs/flow-run/{second['flow_run_id']}))"
     assert previous in table  # the previous run, a link the UI opens
-    assert "`" not in table  # the UI's markdown shows backticks in links as they are
+    assert not re.search(r"\[[^\]]*`[^\]]*\]\(", table)  # the UI shows backticks in links as they are
     regressed = re.findall(r"\[?(s\d\d)\]?(\(/runs/task-run/[0-9a-f-]+\))?",
                            table.split("got worse on:")[1])
     assert [sid for sid, _ in regressed] == [f"s{i:02d}" for i in range(1, 9)]  # s00: wrong both times
@@ -257,7 +257,8 @@ async def _assert_tags(first: str, second: str, third: Any) -> None:
         assert {"regressed", "regressed:right"} <= set(found["second"].tags)
         assert "gate-failed" not in found["second"].tags
         assert {"regressed", "regressed:right", "gate-failed"} <= set(found["third"].tags)
-    assert runs["second"].state.name == "Regressed" and parents["second"].state.name == "Regressed"
+    assert runs["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
+    assert parents["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
     assert parents["third"].state.is_failed()  # a failed gate still fails the calling run
 
 
@@ -310,7 +311,7 @@ async def _assert_parent_figures(exp: Any) -> None:
 async def _assert_failed(flow_run_id: str) -> None:
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
-    assert run.state.is_failed() and run.state.name == "Gate failed"
+    assert run.state.is_failed() and run.state.message.startswith("Gate failed: quality gate failed")
     assert ("right [link 0] regressed (significantly) against the previous run: right worse: "
             "8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078") in run.state.message
     assert "right 55.0% passed (11/20)" in run.state.message

@@ -107,7 +107,7 @@ def test_fail_on_regression_worse_fails_a_night_one_row_worse(prefect_server: st
 def test_verdict_state_without_prefect_says_the_figures(results_dir: Path) -> None:
     exp = night(3, results_dir, backend="local")
     state = verdict_state(exp)
-    assert state.is_completed() and state.name == "Completed"
+    assert state.is_completed() and state.name == "Completed"  # Prefect's name: lists filter by it
     assert state.message == ("Completed: 20 rows: right 85.0% passed (17/20); task errors 0, "
                              "evaluator errors 0")
     assert state.data == exp.manifest.to_json()

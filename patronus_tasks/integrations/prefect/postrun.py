@@ -84,7 +84,10 @@ def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
     lines = [(logging.INFO, line) for line in note.lines if not line.startswith("vs previous")]
     lines += [(level, line) for line in note.lines if line.startswith("vs previous")]
     lines.append((logging.INFO, f"results: {experiment.results_path}"))
+    # Prefect's own state names: the UI's run lists filter by name ("All except scheduled"
+    # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
+    # its deployment's page. The verdict leads the message and is in the tags.
     if not note.failures:
-        return Verdict(Completed(name=note.name, message=message), lines, note=note)
+        return Verdict(Completed(message=message), lines, note=note)
     lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
-    return Verdict(Failed(name=note.name, message=message), lines, note.failures, note)
+    return Verdict(Failed(message=message), lines, note.failures, note)
