@@ -121,11 +121,17 @@ def test_the_report_shows_charts_and_rows_to_filter_sort_and_open(results_dir: P
             b.js("[...document.querySelectorAll('#rows th')].find(th => th.textContent === 'score').click()")
         scores = [float(s) for s in _column(b, "score")]
         assert scores == sorted(scores, reverse=True) and len(scores) == 36
+        # The page fits its window (1,400 px here): nothing runs off sideways.
+        assert b.js("document.documentElement.scrollWidth <= window.innerWidth")
         # A row opened: its input, output, gold answer, explanation.
         _choose(b, "f-evaluator", "exact")
         b.js("[...document.querySelectorAll('#rows tbody tr')]"
              ".find(tr => tr.innerText.includes('s02')).click()")
         opened = b.wait_for(OPENED)
+        # The drawer sits beside the table, never over it (nor over the opened row).
+        assert b.js("document.querySelector('#rows').getBoundingClientRect().right "
+                    "<= document.querySelector('#detail').getBoundingClientRect().left + 1")
+        assert b.js("document.documentElement.scrollWidth <= window.innerWidth")
         assert "question 2 <b>&</script>" in opened  # the text as written, never as markup
         assert "wrong 2" in opened and "answer 2" in opened
         assert "the answer differs from the gold one" in opened
@@ -190,3 +196,26 @@ def test_charts_draw_at_none_and_all_passed() -> None:
     # Margins come from the labels: a name too long for them is cut, not an error.
     long = charts.rates_chart([charts.Bar("judge_" * 20, 0.5, 0.4, 0.6, "50.0% (5/10)")])
     assert long is not None and long[:4] == b"\x89PNG"
+
+
+def test_the_series_chart_draws_one_entry_per_line_in_distinct_colours() -> None:
+    from patronus_tasks.integrations.prefect.charts import nights
+    from patronus_tasks.report.charts import history_figure
+
+    history = [  # the -history table's rows, newest first; metrics are not drawn
+        {"started": "2026-11-25 20:08:01", "experiment": "b", "result_matches_gold": "33.3%",
+         "same_query": "11.1%", "metrics": "precision 0.64", "errors": "1 task",
+         "regressed": "result_matches_gold, same_query"},
+        {"started": "2026-11-25 20:07:43", "experiment": "a", "result_matches_gold": "66.7%",
+         "same_query": "33.3%", "metrics": "precision 0.95", "errors": "1 task", "regressed": ""}]
+    fig = history_figure(nights(history))
+    assert fig is not None
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["result_matches_gold", "same_query"]
+    drawn = [line for line in ax.get_lines() if line.get_label() in ("result_matches_gold", "same_query")]
+    assert len({line.get_color() for line in drawn}) == 2
+    # Two runs a minute apart: their labels tell them apart.
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["11-25 20:07", "11-25 20:08"]
+    same_minute = [{**history[0], "started": "2026-11-25 20:07:55"}, history[1]]
+    labels = [t.get_text() for t in history_figure(nights(same_minute)).axes[0].get_xticklabels()]
+    assert labels == ["11-25 20:07:43", "11-25 20:07:55"]

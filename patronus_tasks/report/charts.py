@@ -284,6 +284,12 @@ LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"
 
 
 def history_chart(nights: Sequence[Night]) -> bytes | None:
+    """Each evaluator's pass rate (or mean) night by night (`history_figure`), as PNG."""
+    fig = history_figure(nights)
+    return None if fig is None else png(fig)
+
+
+def history_figure(nights: Sequence[Night]) -> Figure | None:
     """Each evaluator's pass rate (or mean) night by night, oldest first, one colour and
     one legend entry per line; a night in which an evaluator got worse is marked with a
     red ring and a shaded band."""
@@ -308,7 +314,7 @@ def history_chart(nights: Sequence[Night]) -> bytes | None:
         if night.regressed:
             ax.axvspan(x - 0.4, x + 0.4, color=FAIL, alpha=0.12, lw=0)
     _history_axes(ax, nights, len(names))
-    return png(fig)
+    return fig
 
 
 def night_labels(labels: Sequence[str]) -> list[str]:

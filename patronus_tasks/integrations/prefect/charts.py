@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
 HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
-                           "errors (task / evaluator)", "metrics", "cost USD", "regressed"})
+                           "errors", "metrics", "cost USD", "regressed"})
 
 
 def data_url(png: bytes) -> str:
@@ -120,6 +120,13 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
                       *picture(rates, "pass rates")])
 
 
+def _level(line: str, note: VerdictNote) -> int:
+    """A warning for what got worse and for a verdict that did (the UI marks warnings)."""
+    worse = (line.startswith("vs previous") and " worse: " in line) or (
+        line.startswith("verdict:") and bool(note.worse or note.failures))
+    return logging.WARNING if worse else logging.INFO
+
+
 async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
                             client: PrefectClient) -> None:
     """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
@@ -129,9 +136,8 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
 
     now = dt.datetime.now(dt.UTC)
     said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
-    logs = [LogCreate(name="patronus_tasks", level=logging.WARNING if note.worse or note.failures
-                      else logging.INFO, message=f"{title}: {line}", timestamp=now,
-                      flow_run_id=parent) for line in said]
+    logs = [LogCreate(name="patronus_tasks", level=_level(line, note), message=f"{title}: {line}",
+                      timestamp=now, flow_run_id=parent) for line in said]
     if markdown is not None:
         await client.create_artifact(ArtifactCreate(
             type="markdown", data=markdown, flow_run_id=parent, description=f"{title}: {note.message}"))

@@ -187,16 +187,23 @@ def history_row(this: Experiment, summary: Summary, comparison: Comparison | str
     rule = rule or Rule()
     regressed = [] if isinstance(comparison, str) else [
         e for e in comparison.evaluators if rule.movement(e) == "worse"]
-    # The metrics in one cell, the errors in one: the table must fit a 1,500 px window.
+    # What got worse and the errors next to the figures, the metrics in one cell last and
+    # cut: the table must fit the UI at a 1,500 px window (its cells do not wrap).
+    errors = [f"{summary.task_errors} task" * bool(summary.task_errors),
+              f"{summary.evaluator_errors} evaluator" * bool(summary.evaluator_errors)]
+    row.update({"regressed": _cut(", ".join(e.evaluator for e in regressed)),
+                "errors": ", ".join(x for x in errors if x) or "0"})
+    if summary.cost_usd is not None:
+        row["cost USD"] = f"{summary.cost_usd:.4g}"
     metrics = ", ".join(f"{m.name} {'error' if m.error is not None else num(m.value)}"
                         for m in summary.metrics)
     if metrics:
-        row["metrics"] = metrics
-    if summary.cost_usd is not None:
-        row["cost USD"] = f"{summary.cost_usd:.4g}"
-    row.update({"errors (task / evaluator)": f"{summary.task_errors} / {summary.evaluator_errors}",
-                "regressed": ", ".join(e.evaluator for e in regressed)})
+        row["metrics"] = _cut(metrics)
     return row
+
+
+def _cut(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 @dataclass(frozen=True)
