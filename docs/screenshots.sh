@@ -49,7 +49,7 @@ async def ids() -> None:
         (scratch / "urls").write_text(
             f"deployment 1500,900 {ui}/deployments/deployment/{deployment.id}\n"
             f"runs 1500,1300 {ui}/runs\n"
-            f"parent-run 1500,1200 {ui}/runs/flow-run/{parent}\n"
+            f"parent-run 1500,2000 {ui}/runs/flow-run/{parent}\n"
             f"summary 1500,700 {ui}/artifacts/artifact/{art['summary'].id}\n"
             f"history 1500,700 {ui}/artifacts/artifact/{art['history'].id}\n"
             f"flow-run 1500,1700 {ui}/runs/flow-run/{last.id}\n"

@@ -238,6 +238,7 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
     rows = history if isinstance(history, list) else json.loads(history)
+    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
     assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
         (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", "right"),
         (Experiment(first["path"]).name, "100.0%", "")]
