@@ -97,6 +97,17 @@ def stall_seconds() -> float:
     return _seconds(STALL_ENV, STALL_SECONDS)
 
 
+#: How long a task runner's workers have to load the experiment's steps (a probe run before
+#: any row): past it, the experiment stops saying no worker answered (they died loading
+#: it, or none is connected) rather than wait for ever.
+PROBE_ENV, PROBE_SECONDS = "PATRONUS_TASKS_WORKER_PROBE_SECONDS", 60.0
+
+
+def probe_seconds() -> float:
+    """``$PATRONUS_TASKS_WORKER_PROBE_SECONDS``, else 60."""
+    return _seconds(PROBE_ENV, PROBE_SECONDS)
+
+
 def _seconds(name: str, default: float) -> float:
     text = os.environ.get(name, "").strip()
     if not text:

@@ -92,6 +92,9 @@ class Replay:
 
     rows: dict[UnitKey, list[Record]] = field(default_factory=dict)
     retry_errors_only: bool = False
+    #: Runs of rows written already by this very run (a batch's attempt that died on its
+    #: worker): never run, nor written, again, errors or not.
+    written: frozenset[UnitKey] = frozenset()
 
     def complete(self, sid: str, repeat: int | None = None) -> bool:
         """Reuse this run of a row whole: it ran before and nothing in it failed."""
@@ -100,7 +103,7 @@ class Replay:
 
     def wanted(self, sid: str, repeat: int | None = None) -> bool:
         """Run this run of a row (again): missing ones only when not just retrying errors."""
-        if self.complete(sid, repeat):
+        if (sid, repeat) in self.written or self.complete(sid, repeat):
             return False
         return (sid, repeat) in self.rows or not self.retry_errors_only
 
@@ -127,7 +130,12 @@ class Replay:
 
     def of(self, sids: set[str]) -> Replay:
         """This replay for the rows ``sids`` only (a batch's)."""
-        return Replay({k: v for k, v in self.rows.items() if k[0] in sids}, self.retry_errors_only)
+        return Replay({k: v for k, v in self.rows.items() if k[0] in sids}, self.retry_errors_only,
+                      frozenset(k for k in self.written if k[0] in sids))
+
+    def with_written(self, units: set[UnitKey]) -> Replay:
+        """This replay, and ``units`` written already by this run."""
+        return Replay(self.rows, self.retry_errors_only, self.written | units)
 
 
 def _by_unit(table: pa.Table | None) -> dict[UnitKey, list[Record]]:

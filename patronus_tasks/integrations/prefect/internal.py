@@ -235,3 +235,15 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+def dask_client() -> Any:
+    """The Dask client of the flow run this runs in, when its task runner is Dask's
+    (`prefect_dask.DaskTaskRunner.client`, made on first use), else None."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = ctx.task_runner if ctx is not None else None
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    return getattr(runner, "client", None)
