@@ -108,6 +108,11 @@ class Backlog:
         stored = await _count_events(client, [e["id"] for e in events]) if self.persisting \
             else len(events)
         batch.missing = (len(finals) - runs, len(events) - stored)
+        if batch.missing[0] == 0 and batch.missing[1] and batch.posts > 1:
+            # Sent again, and every state is in: what the persister lacks is never sent
+            # again (see `still_needed`), so it is done.
+            held = await held_by_state(client, events)
+            batch.missing = (0, 0) if len(held) == len(events) else batch.missing
         return batch.missing == (0, 0)
 
     def _note_recorder(self, batches: list[EventBatch], runs: list[bool], stored: list[bool]) -> None:
@@ -129,35 +134,43 @@ class Backlog:
 
 
 async def still_needed(client: PrefectClient, batch: EventBatch, persisting: bool = True) -> bytes | None:
-    """The body to send ``batch`` again with: the events the server does not hold (stored,
-    and for a final state its task run recorded in a final state; with no event persister,
-    the final states recorded), under new ids (`EventBatch.renew`: the server drops an id it
-    took lately) unless ``batch.keep_ids``; None when it holds them all (the next check
-    confirms the batch).
+    """The body to send ``batch`` again with: the events whose *states* the server does not
+    hold, under new ids (`EventBatch.renew`: the server drops an id it took lately) unless
+    ``batch.keep_ids``; None when it holds them all (the next check confirms the batch).
 
-    Why new ids only when asked: a server merely slow still holds the first copies and
-    records both, each a state of the same task run at the same time (its unique index
-    then fails whole batches, which it retries at length); a restarted one forgot the
-    ids, so the first resend keeps them (`recorder`'s stall), later ones renew them.
+    The server is asked which of the batch's task runs it has, and which are final
+    (`held_by_state`): a final event's state is there once its task run is final, a running
+    one's once its task run exists. Such an event is never sent again, stored by the event
+    persister or not: the task-run recorder keys a state by its event's id, so a copy under
+    the same id fails its whole insert ("UNIQUE constraint failed: task_run_state", a busy
+    SQLite server then dropping the other runs' events of that flush), and one under a new
+    id doubles the state. The event persister may so miss an event whose state is in:
+    the task run stands; its event feed lacks a line.
 
-    Why not all of them: Prefect 3.8's event persister, on SQLite, fails a whole flush when
-    every event of it is stored already (it inserts an empty list of rows: `NOT NULL
-    constraint failed: events.occurred`), dropping the flush; after a restart only re-sent
-    events arrive, so re-sending what it holds kept it from storing anything.
+    Why new ids only when asked: a server merely slow still holds the first copies; a
+    restarted one forgot the ids, so the first resend keeps them (`recorder`'s stall),
+    later ones renew them.
     """
     events = orjson.loads(batch.body())
-    stored = await _stored_ids(client, [e["id"] for e in events]) if persisting else None
-    finals = [_task_run(e) for e in events if _final(e) and (stored is None or e["id"] in stored)]
-    final_runs = await _final_task_runs(client, finals) if finals else set()
-    held = {e["id"] for e in events
-            if (stored is None or e["id"] in stored) and (_task_run(e) in final_runs or (
-                stored is not None and not _final(e)))}
+    held = await held_by_state(client, events)
+    if persisting and len(held) < len(events):  # what the persister holds of the rest
+        held |= (await _stored_ids(client, [e["id"] for e in events if e["id"] not in held])
+                 & {e["id"] for e in events if not _final(e)})
     if len(held) == len(events):
         return None
     if batch.keep_ids:  # once: a copy the server then lost needs new ids
         batch.keep_ids = False
         return orjson.dumps([e for e in events if e["id"] not in held])
     return batch.renew(events, held)
+
+
+async def held_by_state(client: PrefectClient, events: list[dict[str, Any]]) -> set[str]:
+    """The ids of the events whose states the server holds: a final one's task run is in a
+    final state, a running one's task run exists."""
+    runs = sorted({_task_run(e) for e in events})
+    present, final = await _task_runs_present(client, runs)
+    return {e["id"] for e in events
+            if (_task_run(e) in final if _final(e) else _task_run(e) in present)}
 
 
 def _final(event: dict[str, Any]) -> bool:
@@ -178,17 +191,17 @@ def _task_run(event: dict[str, Any]) -> str:
     return str(event["resource"]["prefect.resource.id"]).removeprefix("prefect.task-run.")
 
 
-async def _final_task_runs(client: PrefectClient, ids: list[str]) -> set[str]:
-    """Which of these task runs the server holds in a final state (asked `_LOOKUP` at a
-    time: the API reads at most 200 per request)."""
-    found: set[str] = set()
+async def _task_runs_present(client: PrefectClient, ids: list[str]) -> tuple[set[str], set[str]]:
+    """Which of these task runs the server has, and which of them are in a final state
+    (asked `_LOOKUP` at a time: the API reads at most 200 per request)."""
+    present: set[str] = set()
+    final: set[str] = set()
     for i in range(0, len(ids), _LOOKUP):
         runs = await internal.filter_task_runs(client, {
-            "task_runs": {"id": {"any_": ids[i:i + _LOOKUP]},
-                          "state": {"type": {"any_": list(FINAL_TYPES)}}},
-            "limit": _LOOKUP})
-        found |= {str(run["id"]) for run in runs}
-    return found
+            "task_runs": {"id": {"any_": ids[i:i + _LOOKUP]}}, "limit": _LOOKUP})
+        present |= {str(run["id"]) for run in runs}
+        final |= {str(run["id"]) for run in runs if run.get("state_type") in FINAL_TYPES}
+    return present, final
 
 
 def _overtaken(batch: EventBatch, now_overtaken: bool) -> bool:

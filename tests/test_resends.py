@@ -1,0 +1,80 @@
+"""What the recorder sends again after a stall: only the states the server lacks, asked of
+the real server first, so that no copy collides with a state it holds (the task-run
+recorder keys a state by its event's id: "UNIQUE constraint failed: task_run_state")."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from typing import Any
+
+import orjson
+from prefect.client.orchestration import get_client
+
+from patronus_tasks.integrations.prefect import internal
+from patronus_tasks.integrations.prefect.backlog import still_needed
+from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
+
+
+def _call(name: str) -> Call:
+    return Call(task_run_id=str(uuid.uuid4()), name=name, task_key=f"task-{name}", upstream=None,
+                start=dt.datetime.now(dt.UTC), retries=0, retry_delay=0.0)
+
+
+def _batch(fmt: EventFormat, *items: tuple[Call, State, bool]) -> EventBatch:
+    batch = EventBatch()
+    now = dt.datetime.now(dt.UTC)
+    for call, state, final in items:
+        batch.add(fmt.event(call, state, 1, now, now if final else None), final)
+    batch.posts, batch.keep_ids = 1, True  # sent once; the stall's resend keeps the ids
+    return batch
+
+
+def test_a_resend_after_a_stall_sends_only_the_states_the_server_lacks(prefect_server: str) -> None:
+    from prefect import flow
+
+    @flow(name="resends")
+    def holder() -> str:
+        from prefect.runtime import flow_run
+
+        return str(flow_run.id)
+
+    flow_run_id = holder()
+    fmt = EventFormat(flow_run_id, ["resends"])
+    done, running, missing = _call("done-1"), _call("running-1"), _call("missing-1")
+    completed = State("COMPLETED", "Passed", "score 1")
+
+    async def scenario() -> None:
+        async with get_client() as client:
+            # The server takes a call's Running and final states, and another's Running.
+            first = _batch(fmt, (done, RUNNING, False), (done, completed, True),
+                           (running, RUNNING, False))
+            await internal.post_events(client, first.body())
+
+            async def recorded() -> bool:
+                found = await internal.filter_task_runs(client, {"task_runs": {"id": {"any_": [
+                    done.task_run_id, running.task_run_id]}}})
+                return len(found) == 2 and any(r["state_type"] == "COMPLETED" for r in found)
+
+            await asyncio.wait_for(_until_async(recorded), 60)
+            # The stall: that batch, and one event the server never got, sent again.
+            again = _batch(fmt, (done, RUNNING, False), (done, completed, True),
+                           (running, RUNNING, False), (missing, completed, True))
+            body = await still_needed(client, again, persisting=False)
+            assert body is not None
+            sent = orjson.loads(body)
+            # Only the missing call's state: never a state the server holds (same id: its
+            # insert fails whole; a new id: a second copy of the state).
+            assert [e["resource"]["prefect.resource.id"] for e in sent] == [
+                f"prefect.task-run.{missing.task_run_id}"]
+            await internal.post_events(client, body)
+            held = _batch(fmt, (done, RUNNING, False), (done, completed, True))
+            assert await still_needed(client, held, persisting=True) is None
+
+    asyncio.run(scenario())
+
+
+async def _until_async(check: Any) -> None:
+    while not await check():
+        await asyncio.sleep(0.2)
