@@ -171,6 +171,11 @@ async def _states_and_logs(flow_run_id: str) -> dict[str, tuple[list[str], list[
         out = {}
         for run in await _runs(flow_run_id):
             states = await client.read_task_run_states(run.id)
+            for _ in range(60):  # a task run's state history is written after the run itself
+                if any(s.is_final() for s in states):
+                    break
+                await asyncio.sleep(0.5)
+                states = await client.read_task_run_states(run.id)
             flt = LogFilter(task_run_id=LogFilterTaskRunId(any_=[run.id]))
             logs: list[Any] = []
             while page := await client.read_logs(flt, limit=200, offset=len(logs)):

@@ -88,7 +88,9 @@ class Backlog:
             self._note_recorder(batches, runs, stored)
             if self.persister_silent(persister_off_after, grace):
                 stored = runs
-        marked = [r and s for r, s in zip(runs, stored, strict=True)]
+        # A batch sent again is never sent whole: what the persister lacks of states the
+        # server holds stays out (`still_needed`), so its mark's task run is enough.
+        marked = [r and (s or b.posts > 1) for r, s, b in zip(runs, stored, batches, strict=True)]
         done = [m and await self._complete(client, b) for b, m in zip(batches, marked, strict=True)]
         lost = [b for i, b in enumerate(batches)
                 if not done[i] and _overtaken(b, marked[i] or _before_found(runs, i)
