@@ -405,3 +405,16 @@ def test_readme_lists_every_ready_evaluator() -> None:
             assert f"`{name}(" in table, name
         elif callable(getattr(ev, name)) and name[0].islower():
             assert f"| `{name}(" in table, name
+
+
+@pytest.mark.parametrize("make", [exact_match, contains, token_f1, string_similarity, rouge, bleu,
+                                  json_valid, json_equal, numeric_close, lambda: regex("x"),
+                                  lambda: sql_result_match(SHOP), sql_equivalent])
+def test_an_empty_output_fails_without_a_look(make: Any) -> None:
+    ev = make()
+    result = judge(ev, None, "SELECT 1" if "sql" in ev.name else "gold")
+    assert result.pass_ is False and result.explanation == "the output is empty (the task returned no text)"
+    # Positional calls read the output where the signature has it.
+    names = ev.signature.names
+    args = [None if n == "evaluated_model_output" else "gold" for n in names]
+    assert ev.evaluate(*args).pass_ is False

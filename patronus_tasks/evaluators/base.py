@@ -8,6 +8,8 @@ reads by their usual names, so an empty required field is the row's `DatasetErro
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import re
@@ -142,10 +144,29 @@ def scored(score: float, threshold: float, explanation: str | None = None,
                                             explanation=explanation, metadata=metadata or None)
 
 
+EMPTY_OUTPUT = "the output is empty (the task returned no text)"
+
+
+def needs_output(method: Callable[..., EvaluationResult]) -> Callable[..., EvaluationResult]:
+    """A check's ``evaluate`` that fails an empty output (None: the task gave no text)
+    without a look; the method itself gets text."""
+    position = list(inspect.signature(method).parameters).index("evaluated_model_output") - 1
+
+    @functools.wraps(method)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> EvaluationResult:
+        given = kwargs.get("evaluated_model_output") if "evaluated_model_output" in kwargs \
+            else args[position] if len(args) > position else ""
+        if given is None:
+            return verdict(False, EMPTY_OUTPUT)
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
 def no_output(output: str | None) -> EvaluationResult | None:
     """A fail for a task that gave no output text, else None."""
     if output is None:
-        return verdict(False, "the output is empty (the task returned no text)")
+        return verdict(False, EMPTY_OUTPUT)
     return None
 
 

@@ -18,7 +18,7 @@ from patronus_tasks.evaluators.base import (
     check_choice,
     check_threshold,
     golds,
-    no_output,
+    needs_output,
     scored,
 )
 
@@ -67,11 +67,9 @@ class StringSimilarity(_Lazy):
     def build(self) -> Any:
         return _similarity(self.options["metric"])
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         fold = str.casefold if self.options["ignore_case"] else str
         score, _ = best(fold(evaluated_model_output),
                         [fold(g) for g in golds(evaluated_model_gold_answer)], self.scorer())
@@ -105,11 +103,9 @@ class Rouge(_Lazy):
         return rouge_scorer.RougeScorer([self.options["kind"]],
                                         use_stemmer=self.options["use_stemmer"])
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         kind, scorer = self.options["kind"], self.scorer()
         parts = {g: scorer.score(g, evaluated_model_output)[kind] for g in
                  golds(evaluated_model_gold_answer)}
@@ -134,11 +130,9 @@ def rouge(*, kind: str = "rougeL", threshold: float = 0.5, use_stemmer: bool = F
 
 
 class _Sacre(_Lazy):
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         result = self.scorer().sentence_score(evaluated_model_output,
                                               golds(evaluated_model_gold_answer))
         return scored(result.score / 100, self.options["threshold"], str(result))

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult
-from patronus_tasks.evaluators.base import Check, check_choice, check_number, cut, no_output, verdict
+from patronus_tasks.evaluators.base import (
+    Check,
+    check_choice,
+    check_number,
+    cut,
+    needs_output,
+    verdict,
+)
 from patronus_tasks.exceptions import ConfigError, DatasetError
 
 Connect = Callable[[], Any]  # a DB-API connection, fresh each call
@@ -190,11 +197,9 @@ class SqlResultMatch(Check):
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_gold"}
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: str,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         want = self._gold_rows(evaluated_model_gold_answer)
         try:
             got = run_query(self.options["database"], evaluated_model_output, self.options["timeout"])
@@ -258,13 +263,11 @@ class SqlEquivalent(Check):
     def warm(self) -> None:
         from sqlglot.optimizer import optimize  # noqa: F401
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: str,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
+                 evaluated_model_output: str = "") -> EvaluationResult:
         import sqlglot
 
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
         try:
             want = self.canonical(evaluated_model_gold_answer)
         except sqlglot.errors.SqlglotError as exc:

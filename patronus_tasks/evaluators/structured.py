@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult
-from patronus_tasks.evaluators.base import Check, check_bool, check_threshold, cut, no_output, scored, verdict
+from patronus_tasks.evaluators.base import (
+    Check,
+    check_bool,
+    check_threshold,
+    cut,
+    needs_output,
+    scored,
+    verdict,
+)
 from patronus_tasks.exceptions import ConfigError, DatasetError
 
 _FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
@@ -34,10 +42,8 @@ def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
 class JsonValid(Check):
     factory = "json_valid"
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+    @needs_output
+    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
         _, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
         return verdict(problem is None, problem)
 
@@ -85,10 +91,8 @@ class JsonSchema(Check):
     def warm(self) -> None:
         self._validator()
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+    @needs_output
+    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
         value, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
         if problem is not None:
             return verdict(False, problem)
@@ -148,11 +152,9 @@ def _number(v: Any) -> bool:
 class JsonEqual(Check):
     factory = "json_equal"
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         got, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
         if problem is not None:
             return verdict(False, f"the output is {problem}", score=0.0)

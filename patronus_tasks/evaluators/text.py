@@ -24,6 +24,7 @@ from patronus_tasks.evaluators.base import (
     check_threshold,
     cut,
     golds,
+    needs_output,
     no_output,
     normalise,
     scored,
@@ -37,11 +38,9 @@ _WHITESPACE = (True, False, "surrounding", "all")
 class ExactMatch(Check):
     factory = "exact_match"
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         got = normalise(evaluated_model_output, **self.options)
         # No explanation: the output and the gold answer are in the row already.
         return verdict(any(normalise(g, **self.options) == got
@@ -121,10 +120,8 @@ def contains(text: str | None = None, *, any_of: list[str] | None = None,
 class Regex(Check):
     factory = "regex"
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+    @needs_output
+    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
         pattern: re.Pattern[str] = self.options["pattern"]
         match = (pattern.fullmatch if self.options["full_match"] else pattern.search)(
             evaluated_model_output)
@@ -163,11 +160,9 @@ def numbers_in(text: str) -> list[float]:
 class NumericClose(Check):
     factory = "numeric_close"
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         want = self._pick(evaluated_model_gold_answer, "gold answer")
         got = self._pick(evaluated_model_output, "output")
         if isinstance(got, str):
@@ -235,11 +230,9 @@ def squad_f1(prediction: str, gold: str) -> float:
 class TokenF1(Check):
     factory = "token_f1"
 
+    @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        if (empty := no_output(evaluated_model_output)) is not None:
-            return empty
-        assert evaluated_model_output is not None
+                 evaluated_model_output: str = "") -> EvaluationResult:
         score, _ = best(evaluated_model_output, golds(evaluated_model_gold_answer), squad_f1)
         return scored(score, self.options["threshold"])
 
