@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from patronus_tasks import QualityGateError, run_experiment
 
 from .shared_steps import answer, follow_up, size, upper_judge
+from .waits import task_runs_with_states
 
 KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok", "ok", "flaky"]
 #: Columns that differ from run to run whatever the backend: wall times, tracebacks
@@ -49,8 +49,7 @@ async def _task_runs(flow_run_id: str) -> dict[str, tuple[str, str, int]]:
     """Each call's task run: state type, state name, run count (Dask's batch task runs,
     which hold its calls, left out)."""
     async with get_client() as client:
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        runs = await task_runs_with_states(client, flow_run_id)
     return {r.name: (r.state.type.value, r.state.name, r.run_count) for r in runs
             if not r.name.startswith("batch-")}
 

@@ -25,6 +25,7 @@ from patronus_tasks.record.cache import CACHE_DIR
 from .conftest import ROOT
 from .servers import FakeServer, Recorded, Reply, chat_completion, serve
 from .test_object_store import _url, s3  # noqa: F401 (the moto server fixture)
+from .waits import task_runs_with_states
 
 
 def counted_chat(req: Recorded) -> Reply:
@@ -232,11 +233,9 @@ def _flow_module() -> Any:
 
 async def _states(flow_run_id: str) -> dict[str, tuple[str, str, str | None]]:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     async with get_client() as client:
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        runs = await task_runs_with_states(client, flow_run_id)
     return {r.name: (r.state.type.value, r.state.name, r.state.message) for r in runs}
 
 

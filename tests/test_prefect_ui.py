@@ -18,8 +18,6 @@ from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
     ArtifactFilterKey,
-    FlowRunFilter,
-    FlowRunFilterId,
     LogFilter,
     LogFilterFlowRunId,
     LogFilterTaskRunId,
@@ -41,6 +39,8 @@ from patronus_tasks.integrations.prefect.artifacts import artifact_key, summary_
 from patronus_tasks.integrations.prefect.cells import table_chars
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.results.compare import compare_experiments
+
+from .waits import task_runs_with_states
 
 LONG = "the rows differ because " + "of many reasons " * 30
 
@@ -82,8 +82,7 @@ async def _read(flow_run_id: str, last_log: str) -> tuple[Any, dict[str, Any], l
     ships logs every few seconds)."""
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        runs = await task_runs_with_states(client, flow_run_id)
         for _ in range(60):
             logs = [log.message for log in await client.read_logs(
                 LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]

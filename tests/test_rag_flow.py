@@ -71,9 +71,13 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
 
     async def task_runs() -> dict[str, str]:
         async with get_client() as client:
-            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
-                id=FlowRunFilterId(any_=[manifest["flow_run_id"]])))
-        return {r.name: r.state.name for r in runs}
+            for _ in range(60):  # a task run's state lands a little after the run itself
+                runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=[manifest["flow_run_id"]])))
+                if all(r.state is not None for r in runs):
+                    break
+                await asyncio.sleep(0.5)
+        return {r.name: r.state.name if r.state else "" for r in runs}
 
     from patronus_tasks.results import load_experiment
 

@@ -19,6 +19,7 @@ from patronus_tasks.integrations.prefect import background
 
 from .prefect_gate import Gate, Limit
 from .test_recording import _count
+from .waits import task_runs_with_states
 
 ROWS = 100
 
@@ -87,12 +88,11 @@ def echo(evaluated_model_output: str) -> str:
 
 
 async def _flow_run(flow_run_id: str) -> tuple[Any, list[Any], list[str]]:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        runs = await task_runs_with_states(client, flow_run_id)
         logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     return run, runs, [log.message for log in logs]
 

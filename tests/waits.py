@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -34,3 +34,20 @@ def sids_written(out_dir: Path | str, *subfolders: str) -> list[str]:
     except OSError:  # no parts yet, or a journal became a part while listed
         return []
     return [sid for table in tables for sid in table.column("sid").to_pylist()]
+
+
+async def task_runs_with_states(client: Any, flow_run_id: str, timeout: float = 30) -> list[Any]:
+    """A flow run's task runs once each has its state: Prefect's task-run recorder writes a
+    run's state a little after the run (seen read as None right after the run was final,
+    on a loaded machine)."""
+    import asyncio
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        if all(r.state is not None for r in runs) or time.monotonic() > deadline:
+            return list(runs)
+        await asyncio.sleep(0.3)
