@@ -42,6 +42,10 @@ class Gate:
     url: str = ""
     held: bool = False  # answered 503 (down) until released
     lose_after: int | None = None  # posts after this many are answered 200 and dropped
+    #: Posts forwarded (the server takes them) whose answer is lost: a 504 comes instead,
+    #: as from a proxy whose upstream answered too late. The next ones, this many.
+    lose_answers: int = 0
+    answers_lost: int = 0
     limit: Limit | None = None
     #: Sees each post of events the gate forwards (its body) and returns what to forward.
     on_events: Callable[[bytes], bytes] | None = None
@@ -78,6 +82,14 @@ class Gate:
                 return 429, {"Retry-After": f"{self.retry_after:g}"}
             self.forwarded_events += events
             return None
+
+    def answer_lost(self) -> bool:
+        """A post of events was forwarded: whether its answer is lost (`lose_answers`)."""
+        with self._lock:
+            if self.answers_lost >= self.lose_answers:
+                return False
+            self.answers_lost += 1
+            return True
 
     def flow_run_post(self) -> bool:
         """A post of a flow run came: whether to refuse it (busy), else it is forwarded."""
@@ -131,6 +143,10 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
             finally:
                 if creating:
                     gate.flow_run_made()
+            if decided is None and self.command == "POST" and path == "/api/events" \
+                    and gate.answer_lost():
+                self._answer(504, {}, b'{"exception_message":"Gateway Timeout"}')
+                return
             self._answer(upstream.status_code, {k: v for k, v in upstream.headers.items()
                                                 if k.lower() not in _HOP | {"content-encoding"}},
                          upstream.content)

@@ -9,12 +9,20 @@ import datetime as dt
 import uuid
 from typing import Any
 
+from pathlib import Path
+
 import orjson
+import pytest
 from prefect.client.orchestration import get_client
+
+from patronus_tasks import evaluator, run_experiment
 
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
+
+from .prefect_gate import Gate
+from .test_recording import _count
 
 
 def _call(name: str) -> Call:
@@ -78,3 +86,40 @@ def test_a_resend_after_a_stall_sends_only_the_states_the_server_lacks(prefect_s
 async def _until_async(check: Any) -> None:
     while not await check():
         await asyncio.sleep(0.2)
+
+
+def test_a_post_whose_answer_is_lost_is_never_sent_again_before_the_server_is_asked(
+        prefect_gate: Gate, results_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The gate forwards half of the first post's events to the server and answers 504
+    # instead of the server's answer. Sent again at once, the half the server took would
+    # reach it twice (under the same ids: "UNIQUE constraint failed" on a busy SQLite
+    # server; under new ones: doubled states). After the stall (2 s here), the recorder
+    # asks the server and sends only the half it lacks.
+    monkeypatch.setenv("PATRONUS_TASKS_RECORDER_STALL_SECONDS", "2")
+    forwarded: list[tuple[str, str, str]] = []
+
+    def seen(body: bytes) -> bytes:
+        events = orjson.loads(body)
+        if not forwarded:  # the first post: one event in two never reaches the server
+            events = events[::2]
+        forwarded.extend((e["id"], e["resource"]["prefect.resource.id"],
+                          e["resource"]["prefect.state-type"]) for e in events)
+        return orjson.dumps(events)
+
+    prefect_gate.on_events, prefect_gate.lose_answers = seen, 1
+    rows = 100
+    exp = run_experiment("answers-lost", data=[{"evaluated_model_output": str(i)} for i in range(rows)],
+                         evaluators=[_short], results_dir=results_dir, print_summary=False)
+    assert exp.wait_recorded(90)
+    assert prefect_gate.answers_lost == 1 and prefect_gate.posts > 1
+    ids = [f[0] for f in forwarded]
+    states = [f[1:] for f in forwarded]
+    assert len(ids) == len(set(ids)), "an event was forwarded twice"
+    assert len(states) == len(set(states)), "a task run's state was forwarded twice"
+    assert _count(exp.manifest["flow_run_id"]) == rows
+    assert len(states) == rows  # each call's one final event, once
+
+
+@evaluator
+def _short(evaluated_model_output: str) -> bool:
+    return len(evaluated_model_output) < 2

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from prefect.client.orchestration import PrefectClient
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
@@ -320,15 +321,18 @@ class _Poster:
                 r._put_back(refused)
                 await self._wait_out(limited)
                 return
-            if not sent:
+            if sent is False:
                 # Down, or restarting: a restarted server lost what it had queued.
                 r._put_back([*r.backlog.posted, batch])
                 r.backlog.posted.clear()
                 return
-            r.backlog.add(batch)
+            r.backlog.add(batch)  # its answer lost too (None): the server is asked
             r.pace.took(batch.count)
 
-    async def _send(self, batch: EventBatch) -> bool:
+    async def _send(self, batch: EventBatch) -> bool | None:
+        """Post ``batch`` (what the server lacks of it, if it went before): True when
+        taken, False when not (down, refusing), None when its answer was lost: it may be
+        in, so it is never sent again before the server is asked (`still_needed`)."""
         try:
             body = batch.body() if not batch.posts else await still_needed(
                 self.client, batch, self.r.backlog.persisting)
@@ -339,6 +343,9 @@ class _Poster:
             RateLimited.raise_if(exc)
             self._warn(f"could not post {batch.count} task-run events to Prefect (will retry): "
                        f"{_brief(exc)}")
+            if _answer_lost(exc):
+                batch.keep_ids = True  # the server's broker drops a copy it took
+                return None
             await asyncio.sleep(1.0)
             return False
 
@@ -427,6 +434,15 @@ class _Poster:
         if now - self.warned >= _WARN_SECONDS:
             self.warned = now
             logger.warning(message)
+
+
+def _answer_lost(exc: BaseException) -> bool:
+    """Whether a post failing with ``exc`` may have reached the server all the same: its
+    answer was lost (read timed out, connection closed before it, a proxy's 502 or 504),
+    where a refusal (503, 4xx) or no connection at all says it was not taken."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code in (502, 504)
+    return isinstance(exc, httpx.ReadTimeout | httpx.ReadError | httpx.RemoteProtocolError)
 
 
 def _brief(exc: BaseException) -> str:
