@@ -7,7 +7,6 @@ checked to say so)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import uuid
@@ -276,40 +275,3 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     report = asyncio.run(compared())
     assert "Previous run: **nightly**" in report and f"`{target}`" in report
     assert "| ok | same | 0 / 0 | 100.0% → 100.0% |" in report
-
-
-@pytest.mark.heavy
-def test_rows_on_two_dask_worker_processes_write_their_parts_to_s3(
-        s3: str, prefect_server: str) -> None:
-    """``backend="dask"`` as users get it (a local cluster of two worker processes): every
-    row once, calls in both processes, each a task run under its batch's; the batches
-    write parts into the same S3 prefix, with the credentials the workers inherit.
-    (Dask through a scheduler's address and a local folder: test_backends.py.)"""
-    pytest.importorskip("prefect_dask")
-    from .shared_steps import said_row, where
-
-    prefix = f"dask-{uuid.uuid4().hex[:8]}"
-    exp = run_experiment("dask", data=[{"x": i} for i in range(40)], task=where,
-                         evaluators=[said_row], experiment_name="spread", backend="dask",
-                         results_dir=_url(s3, prefix), print_summary=False, max_concurrency=4)
-    df = exp.to_dataframe()
-    assert sorted(df["sid"], key=int) == [str(i) for i in range(1, 41)] and df["pass"].all()
-    pids = {json.loads(m)["pid"] for m in df["task_metadata"]}
-    assert len(pids) >= 2 and len(exp.manifest["worker_pids"]) >= 2
-    assert _keys(s3, prefix) == ["dask/spread/manifest.json", "dask/spread/report.html",
-                                 "dask/spread/results.parquet"]
-    assert exp.wait_recorded(60)
-    names = asyncio.run(_task_run_names(exp.manifest["flow_run_id"]))
-    assert {f"where-{i}" for i in range(1, 41)} <= names
-    assert {f"said_row-{i}" for i in range(1, 41)} <= names
-    assert len([n for n in names if n.startswith("batch-")]) >= 2
-
-
-async def _task_run_names(flow_run_id: str) -> set[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    async with get_client() as client:
-        found = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name for r in found}

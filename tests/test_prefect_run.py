@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.client.schemas.sorting import TaskRunSort
 
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
+
+from .waits import task_runs_with_states
 
 
 @task
@@ -48,8 +48,7 @@ DATA = [{"evaluated_model_input": x} for x in ["hello", "world", "boom", "skip",
 
 async def _task_runs(flow_run_id: str) -> list[Any]:
     async with get_client() as client:
-        flt = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        return await client.read_task_runs(flow_run_filter=flt, sort=TaskRunSort.EXPECTED_START_TIME_DESC)
+        return await task_runs_with_states(client, flow_run_id)
 
 
 def test_experiment_is_one_flow_run_with_a_task_run_per_call(prefect_server: str,

@@ -7,16 +7,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from prefect.client.orchestration import get_client
 
 from patronus_tasks import evaluator, run_experiment
-
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect.backlog import still_needed
 from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State

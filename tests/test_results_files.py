@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,7 @@ def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> 
         "task_output": "abba", "task_metadata": '{"evaluated_model_name": "rev-1", "n": [1, 2]}',
         "task_tags": '{"kind": "reverse"}', "evaluation_metadata": '{"checked": true}',
         "evaluation_tags": '{"t": "x"}', "task_attempts": 1, "evaluation_attempts": 1,
+        "host": socket.gethostname(),
         # a call made, reporting no model or tokens: no cost known, not cached
         "task_model": None, "task_input_tokens": None, "task_output_tokens": None,
         "task_cost_usd": None, "task_cached": False, "evaluation_model": None,

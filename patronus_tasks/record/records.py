@@ -74,6 +74,9 @@ class Record:
         pa.int32(), "calls made of the link's task (1 + retries used)"))
     evaluation_attempts: int | None = field(default=None, metadata=_column(
         pa.int32(), "calls made of the evaluator (1 + retries used)"))
+    host: str | None = field(default=None, metadata=_column(
+        pa.string(), "the host the row ran on (its hostname): a Dask or Prefect worker's, or "
+        "the experiment's own"))
     task_model: str | None = field(default=None, metadata=_column(
         pa.string(), "the model the task's call used, as its `usage` says"))
     task_input_tokens: int | None = field(default=None, metadata=_column(

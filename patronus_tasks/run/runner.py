@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
@@ -257,7 +258,8 @@ class RowRunner:
         """Run one row (its ``repeat``-th run, with repeats) through every link; return its
         records."""
         unit = Unit(row, repeat)
-        base = {"sid": row.sid, "repeat": repeat, "row": row_values(row)}
+        base = {"sid": row.sid, "repeat": repeat, "host": socket.gethostname(),
+                "row": row_values(row)}
         records: list[Record] = []
         parent: Parent | None = None
         replayed = self.replay.steps(row.sid, repeat) if self.replay is not None else {}

@@ -175,6 +175,11 @@ async def held_by_state(client: PrefectClient, events: list[dict[str, Any]]) -> 
             if (_task_run(e) in final if _final(e) else _task_run(e) in present)}
 
 
+async def held_task_runs(client: PrefectClient, ids: list[str]) -> set[str]:
+    """Which of these task runs the server holds in a final state."""
+    return (await _task_runs_present(client, ids))[1]
+
+
 def _final(event: dict[str, Any]) -> bool:
     return event["resource"]["prefect.state-type"] in FINAL_TYPES
 

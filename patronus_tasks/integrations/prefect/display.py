@@ -8,6 +8,7 @@ from itertools import islice
 from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.integrations.prefect.events import NOT_PASSED_TAG, State
+from patronus_tasks.record.records import STATUS_ERROR, STATUS_SKIPPED, Record
 from patronus_tasks.run.runner import Invocation
 
 #: Characters of one input value or explanation shown; the Parquet keeps them whole.
@@ -51,6 +52,28 @@ def call_state(inv: Invocation) -> State:
     if inv.cached:
         return _cached(_outcome(inv))
     return _outcome(inv)
+
+
+def recorded_state(record: Record, stage: str) -> State:
+    """The final state of a call as its ``stage`` (``"task"`` or ``"evaluator"``) stands in
+    a record of the results: what `call_state` gave when the call ended (for a row written
+    by an attempt that died before it sent the call's task run)."""
+    if record.status == STATUS_ERROR and record.error_stage == stage:
+        timed_out = record.error_type == "TimeoutError" and "timed out" in (record.error_message or "")
+        state = State("FAILED", "TimedOut" if timed_out else "Failed",
+                      f"{record.error_type}: {record.error_message}")
+    elif stage == "task":
+        skipped = record.status == STATUS_SKIPPED and record.evaluator_name is None
+        state = State("COMPLETED", "Skipped", "task returned None") if skipped \
+            else State("COMPLETED", "Completed")
+    elif record.status == STATUS_SKIPPED:
+        state = State("COMPLETED", "Skipped", "evaluator returned None")
+    else:
+        state = _verdict(EvaluationResult(pass_=record.pass_, score_raw=record.score,
+                                          text_output=record.text_output,
+                                          explanation=record.explanation))
+    cached = record.task_cached if stage == "task" else record.evaluation_cached
+    return _cached(state) if cached else state
 
 
 def _outcome(inv: Invocation) -> State:

@@ -31,6 +31,7 @@ from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.integrations.prefect import internal
 from patronus_tasks.integrations.prefect import runs as _runs
 from patronus_tasks.integrations.prefect.calls import Recorded
+from patronus_tasks.integrations.prefect.kept import kept_calls, send_missing
 from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.records import Record
@@ -78,10 +79,13 @@ async def run_batch(batch: RowBatch) -> BatchOutcome:
     spec = batch.rows.spec
     stream = RecordStream(RunTotals(pids=[os.getpid()]), _parquet.ParquetSink(
         spec.out_dir, columns=batch.columns, prefix=batch.prefix))  # adopts a dead one's journals
-    rows = _after_earlier_attempts(batch, stream)
+    rows, kept = _after_earlier_attempts(batch, stream)
     recorder = TaskRunRecorder(batch.flow_run_id, spec.prefect_tags, parent,
                                share=batch.share).start()
     try:
+        if kept:  # their task runs the dead attempt had not sent: sent from their records
+            await send_missing(recorder, [c for records in kept
+                                          for c in kept_calls(records, batch.flow_run_id)])
         await Recorded(recorder, spec.record).run(rows, stream)
     finally:
         recorder.close()
@@ -89,21 +93,23 @@ async def run_batch(batch: RowBatch) -> BatchOutcome:
     return BatchOutcome(stream.totals, recorder.lost)
 
 
-def _after_earlier_attempts(batch: RowBatch, stream: RecordStream) -> Rows:
+def _after_earlier_attempts(batch: RowBatch, stream: RecordStream) -> tuple[Rows, list[list[Record]]]:
     """The batch's rows but those an earlier attempt of it wrote before its worker died
-    (Dask runs a lost worker's tasks again elsewhere): each is kept as written, counted
-    in this attempt's totals, and neither run (its calls paid again) nor written twice."""
+    (Dask runs a lost worker's tasks again elsewhere), and the records of those: each is
+    kept as written, counted in this attempt's totals, and neither run (its calls paid
+    again) nor written twice."""
     written: set[UnitKey] = set()
-    for records in _parquet.written_by(batch.rows.spec.out_dir, batch.prefix):
+    kept = list(_parquet.written_by(batch.rows.spec.out_dir, batch.prefix))
+    for records in kept:
         written.add((records[0].sid, records[0].repeat))
         stream.totals.add(records)
         stream.totals.calls += _calls(records)
     if not written:
-        return batch.rows
+        return batch.rows, []
     logger.warning("batch %d ran before on a worker that is gone: its %d rows written then are "
                    "kept, the rest run here", batch.index, len(written))
     replay = batch.rows.replay or Replay()
-    return replace(batch.rows, replay=replay.with_written(written))
+    return replace(batch.rows, replay=replay.with_written(written)), kept
 
 
 def _calls(records: list[Record]) -> int:

@@ -1,0 +1,186 @@
+"""An experiment apart, as deployed: the Prefect server, the object storage (moto's S3
+server), the Dask scheduler, two Dask workers and the client each on a "host" of its own
+(network namespaces: tests/netns.py), the results and the cache in the bucket.
+
+Every row in the results once, written by a worker whose host is in the row's `host`
+column; every call a task run on the server; the workers never see the client's folder
+(hidden under an empty tmpfs on their hosts): the steps travel by value, the results go to
+the bucket. One worker is killed mid-run: the experiment completes on the other, every row
+still once (README, "Dask": a row written by a dead attempt is kept, not run again).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from patronus_tasks.integrations.prefect import internal
+from patronus_tasks.settings import BUILT_IN_SERVER_OFF, PERSISTER_SETTING, SERVER_DEFAULTS
+
+from . import netns
+from .prefect_servers import copy_database
+from .waits import until
+
+pytestmark = [pytest.mark.heavy,
+              pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))]
+
+ROWS = 48
+AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+CLIENT = textwrap.dedent('''
+    import json, sys, time
+    from patronus_tasks import Row, evaluator, run_experiment, task
+
+    @task(cache=True)
+    def answer(row: Row) -> str:
+        time.sleep(0.3)  # long enough for a worker to die mid-run
+        return row["question"].upper()
+
+    @evaluator
+    def shouted(evaluated_model_output: str) -> bool:
+        return evaluated_model_output.isupper()
+
+    if __name__ == "__main__":
+        scheduler, results, cache = sys.argv[1:4]
+        exp = run_experiment("apart", data=[{"question": f"q{i}"} for i in range(ROWS)],
+                             task=answer, evaluators=[shouted], backend="dask",
+                             dask_address=scheduler, results_dir=results, cache=cache,
+                             experiment_name="hosts", print_summary=False, max_concurrency=1)
+        print("RECORDED", exp.wait_recorded(120), flush=True)
+        print("RESULT", json.dumps({"path": str(exp.path), "flow_run_id": exp.manifest["flow_run_id"],
+                                    "status": exp.manifest["status"]}), flush=True)
+''').replace("ROWS", str(ROWS))
+
+
+def test_an_experiment_apart_on_five_hosts_with_a_worker_killed(tmp_path: Path,
+                                                                prefect_template_db: Path) -> None:
+    names = ["server", "storage", "scheduler", "worker-a", "worker-b", "client"]
+    with netns.network(tmp_path, names) as hosts:
+        server, storage, client = hosts["server"], hosts["storage"], hosts["client"]
+        api = f"http://{server.address}:4200/api"
+        s3 = f"{storage.address}:5000"
+        _start_server(server, prefect_template_db)
+        storage.start([sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", "5000"], AWS)
+        scheduler = f"tcp://{hosts['scheduler'].address}:8786"
+        hosts["scheduler"].start([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                                  "--host", hosts["scheduler"].address, "--port", "8786",
+                                  "--dashboard-address", ":0"], {})
+        worker_env = {**AWS, "PREFECT_API_URL": api}
+        for name in ("worker-a", "worker-b"):
+            host = hosts[name]
+            host.start([sys.executable, "-m", "distributed.cli.dask_worker", scheduler,
+                        "--host", host.address, "--nthreads", "2", "--no-nanny",
+                        "--no-dashboard"], worker_env, hide=[client.home])
+        _wait_up(f"{api}/health", server)
+        _wait_workers(scheduler, 2)
+        _make_bucket(s3, storage)
+        (client.home / "experiment.py").write_text(CLIENT)
+        bucket = f"s3://runs/{{}}?endpoint_override={s3}&scheme=http"
+        run = client.start([sys.executable, "experiment.py", scheduler, bucket.format("results"),
+                            bucket.format("cache")], {**AWS, "PREFECT_API_URL": api}, log="run")
+        # worker-b dies once 8 rows are in (their tasks' runs on the server): a third of its own.
+        until(lambda: time.sleep(0.3) or _task_runs(api) >= 8 or run.poll() is not None,
+              "rows done", 120)
+        hosts["worker-b"].stop()
+        run.wait(180)
+        said = client.log("run")
+        assert run.returncode == 0, said
+        result = json.loads(said.split("RESULT ", 1)[1].splitlines()[0])
+        assert "RECORDED True" in said and result["status"] == "completed", said
+        df = _results(s3)
+        # Every row once, each written on a worker's host (the client ran none of them).
+        assert sorted(df["question"]) == sorted(f"q{i}" for i in range(ROWS)), df
+        assert len(df) == ROWS and df["pass"].all()
+        # worker-b's rows written before it died are kept (not run again on worker-a).
+        assert set(df["host"]) == {"worker-a", "worker-b"}, df["host"].value_counts()
+        assert "rows written then are kept" in hosts["worker-a"].log(), hosts["worker-a"].log()
+        # Every call a task run on the server; the cache's entries in the bucket.
+        runs = _task_runs(api, result["flow_run_id"], names=True)
+        assert {f"answer-{i}" for i in range(1, ROWS + 1)} <= runs
+        assert {f"shouted-{i}" for i in range(1, ROWS + 1)} <= runs
+        assert _objects(s3, "runs/cache"), "no cache entry in the bucket"
+
+
+def _start_server(host: netns.Host, template: Path) -> None:
+    copy_database(template, host.home / ".prefect")
+    argv = internal.server_command(4200)
+    argv[argv.index("127.0.0.1")] = "0.0.0.0"
+    # The services a run needs only (the task-run recorder, the event persister): this
+    # test's hosts share the suite's 2 cores with the other tests' servers.
+    lean = {k: v for k, v in BUILT_IN_SERVER_OFF.items() if k != PERSISTER_SETTING}
+    host.start(argv, {**SERVER_DEFAULTS, **lean, "PREFECT_UI_ENABLED": "0",
+                      "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false",
+                      "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"})
+
+
+def _wait_up(url: str, host: netns.Host) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise AssertionError(f"nothing answers {url}: {host.log()}")
+
+
+def _wait_workers(scheduler: str, count: int) -> None:
+    from distributed import Client
+
+    with Client(scheduler, timeout=30) as dask:
+        dask.wait_for_workers(count, timeout=60)
+
+
+def _make_bucket(endpoint: str, host: netns.Host) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            _fs(endpoint).create_dir("runs")
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no S3 server on {endpoint}: {host.log()}") from None
+            time.sleep(0.3)
+
+
+def _fs(endpoint: str) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+
+
+def _objects(endpoint: str, prefix: str) -> list[str]:
+    found = _fs(endpoint).get_file_info(pafs.FileSelector(prefix, recursive=True,
+                                                          allow_not_found=True))
+    return [i.path for i in found if i.type == pafs.FileType.File]
+
+
+def _results(endpoint: str) -> Any:
+    key = next(p for p in _objects(endpoint, "runs/results") if p.endswith("results.parquet"))
+    return pq.read_table(key, filesystem=_fs(endpoint)).to_pandas()
+
+
+def _task_runs(api: str, flow_run_id: str | None = None, names: bool = False) -> Any:
+    """The names of the flow run's task runs, or how many rows' tasks ran so far."""
+    body: dict[str, object] = {"task_runs": {"name": {"like_": "answer-"}}}
+    if flow_run_id is not None:
+        body = {"flow_runs": {"id": {"any_": [flow_run_id]}}}
+    try:
+        if names:
+            found = httpx.post(f"{api}/task_runs/filter", json={**body, "limit": 200},
+                               timeout=10).json()
+            more = httpx.post(f"{api}/task_runs/filter", json={**body, "limit": 200, "offset": 200},
+                              timeout=10).json()
+            return {r["name"] for r in [*found, *more]}
+        return int(httpx.post(f"{api}/task_runs/count", json=body, timeout=5).json())
+    except httpx.HTTPError:
+        return 0
