@@ -138,6 +138,7 @@ def api_of(url: str) -> Iterator[None]:
     from prefect.events.worker import EventsWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    EventsWorker.drain_all(timeout=10, at_exit=False)  # one begun before: to its own API
     with temporary_settings({PREFECT_API_URL: url}):
         try:
             yield

@@ -91,9 +91,9 @@ def test_a_post_whose_answer_is_lost_is_never_sent_again_before_the_server_is_as
     # The gate forwards half of the first post's events to the server and answers 504
     # instead of the server's answer. Sent again at once, the half the server took would
     # reach it twice (under the same ids: "UNIQUE constraint failed" on a busy SQLite
-    # server; under new ones: doubled states). After the stall (2 s here), the recorder
+    # server; under new ones: doubled states). After the stall (4 s here), the recorder
     # asks the server and sends only the half it lacks.
-    monkeypatch.setenv("PATRONUS_TASKS_RECORDER_STALL_SECONDS", "2")
+    monkeypatch.setenv("PATRONUS_TASKS_RECORDER_STALL_SECONDS", "4")
     forwarded: list[tuple[str, str, str]] = []
 
     def seen(body: bytes) -> bytes:
