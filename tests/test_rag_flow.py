@@ -77,7 +77,8 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
                 if all(r.state is not None for r in runs):
                     break
                 await asyncio.sleep(0.5)
-        return {r.name: r.state.name if r.state else "" for r in runs}
+        # The run's own column: see tests/test_prefect_run.py's _task_runs.
+        return {r.name: r.state_name or "" for r in runs}
 
     from patronus_tasks.results import load_experiment
 

@@ -161,7 +161,11 @@ def test_every_row_and_task_run_kept_through_an_api_process_and_redis_dying(
             p.kill()
     print(f"task runs recorded when an API process was killed: {seen}, when Redis was: "
           f"{seen_again} (of {2 * CALLS}); the experiments: {outs}")  # bench/production_faults.py
-    assert seen < 2 * CALLS and seen_again < 2 * CALLS, "not mid-run"
+    # The API process dies mid-run. Redis dies after both experiments returned, once half
+    # is in: the recording's tail is then still on its way, or (seen in a fresh-clone run,
+    # 1,200 of 1,200 by then) only the post-runs (artifacts, final states) are: both
+    # must come through.
+    assert seen < 2 * CALLS, "the API process was not killed mid-run"
     assert all(p.returncode == 0 for p in running)
     sids = range(1, ROWS + 1)
     names = {f"{step}-{sid}" for step in ("echo", "nonempty", "short") for sid in sids}
