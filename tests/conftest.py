@@ -21,7 +21,15 @@ def _needs_server(item: pytest.Item) -> bool:
     return "prefect_server" in names or "prefect_template_db" in names
 
 
+#: The recorder's stall in the suite (15 s by default): the shared server, loaded by three
+#: workers' tests, now and then drops a flush of task-run events; the first resend keeps
+#: the ids (what a restarted server needs) and the broker drops them as seen, the second
+#: goes under new ids. At 15 then 30 s that outlasted the tests' 60 s waits.
+STALL_SECONDS = "5"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("PATRONUS_TASKS_RECORDER_STALL_SECONDS", STALL_SECONDS)
     # xdist's controller collects no tests: it starts the server its workers will share
     # now, before they exist, so that they inherit where it is.
     if config.getoption("numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:

@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The hosts' processes yield to the rest of the test suite (they are many, on few cores;
+#: The hosts' processes yield to the rest of the test suite, CPU and disk (they are many,
+#: on few cores;
 #: at 5, the shared server's tests beside them waited past their limits).
 NICE = 15
 
@@ -67,7 +68,7 @@ class Host:
                 "PREFECT_HOME": str(self.home / ".prefect"), **env}
         out = (self.home / f"{log}.log").open("ab")
         proc = subprocess.Popen(
-            ["nice", "-n", str(NICE), "ip", "netns", "exec", self.ns, "unshare", "--uts",
+            ["nice", "-n", str(NICE), "ionice", "-c", "3", "ip", "netns", "exec", self.ns, "unshare", "--uts",
              "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv],
             env=full, cwd=self.home, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
