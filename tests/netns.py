@@ -75,14 +75,6 @@ class Host:
         self.procs.append(proc)
         return proc
 
-    def run(self, argv: Sequence[str], env: dict[str, str], timeout: float,
-            hide: Sequence[Path] = ()) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` here to its end; its output returned."""
-        proc = self.start(argv, env, hide, log="run")
-        proc.wait(timeout)
-        return subprocess.CompletedProcess(list(argv), proc.returncode,
-                                           (self.home / "run.log").read_text(), "")
-
     def stop(self) -> None:
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError):

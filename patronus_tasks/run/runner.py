@@ -206,6 +206,7 @@ class RowRunner:
         self.runner = runner
         self.tags = dict(tags)
         self.pool = pool
+        self.host = socket.gethostname()  # made where the rows run: a worker's, on Dask
         self._slots = asyncio.Semaphore(limit)
         self.calls = 0  # invocations handed to the step runner
         self.cached = 0  # of them, answered from the cache
@@ -258,8 +259,7 @@ class RowRunner:
         """Run one row (its ``repeat``-th run, with repeats) through every link; return its
         records."""
         unit = Unit(row, repeat)
-        base = {"sid": row.sid, "repeat": repeat, "host": socket.gethostname(),
-                "row": row_values(row)}
+        base = {"sid": row.sid, "repeat": repeat, "host": self.host, "row": row_values(row)}
         records: list[Record] = []
         parent: Parent | None = None
         replayed = self.replay.steps(row.sid, repeat) if self.replay is not None else {}

@@ -59,15 +59,12 @@ def recorded_state(record: Record, stage: str) -> State:
     a record of the results: what `call_state` gave when the call ended (for a row written
     by an attempt that died before it sent the call's task run)."""
     if record.status == STATUS_ERROR and record.error_stage == stage:
-        timed_out = record.error_type == "TimeoutError" and "timed out" in (record.error_message or "")
-        state = State("FAILED", "TimedOut" if timed_out else "Failed",
-                      f"{record.error_type}: {record.error_message}")
+        state = _failed(record.error_type or "", record.error_message or "")
     elif stage == "task":
         skipped = record.status == STATUS_SKIPPED and record.evaluator_name is None
-        state = State("COMPLETED", "Skipped", "task returned None") if skipped \
-            else State("COMPLETED", "Completed")
+        state = _skipped("task") if skipped else State("COMPLETED", "Completed")
     elif record.status == STATUS_SKIPPED:
-        state = State("COMPLETED", "Skipped", "evaluator returned None")
+        state = _skipped("evaluator")
     else:
         state = _verdict(EvaluationResult(pass_=record.pass_, score_raw=record.score,
                                           text_output=record.text_output,
@@ -78,14 +75,21 @@ def recorded_state(record: Record, stage: str) -> State:
 
 def _outcome(inv: Invocation) -> State:
     if inv.error is not None:
-        timed_out = inv.error.type == "TimeoutError" and "timed out" in inv.error.message
-        return State("FAILED", "TimedOut" if timed_out else "Failed",
-                     f"{inv.error.type}: {inv.error.message}")
+        return _failed(inv.error.type, inv.error.message)
     if isinstance(inv.value, EvaluationResult):
         return _verdict(inv.value)
     if inv.value is None:  # a task's None ends the row; an evaluator's None is no verdict
-        return State("COMPLETED", "Skipped", f"{inv.step.kind} returned None")
+        return _skipped(inv.step.kind)
     return State("COMPLETED", "Completed")
+
+
+def _failed(error_type: str, message: str) -> State:
+    timed_out = error_type == "TimeoutError" and "timed out" in message
+    return State("FAILED", "TimedOut" if timed_out else "Failed", f"{error_type}: {message}")
+
+
+def _skipped(kind: str) -> State:
+    return State("COMPLETED", "Skipped", f"{kind} returned None")
 
 
 def _cached(answer: State) -> State:

@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     from patronus_tasks.integrations.prefect.recorder import TaskRunRecorder
 
 
-def kept_calls(records: list[Record], run_key: str) -> list[tuple[Call, State]]:
+#: A kept call: its task run, final state and run count (the attempts its record counts).
+Kept = tuple[Call, State, int]
+
+
+def kept_calls(records: list[Record], run_key: str) -> list[Kept]:
     """The calls one row's ``records`` stand for, each with its final state: a task per
     link, an evaluator per record."""
     namespace, calls = namespace_of(run_key), []
@@ -36,12 +40,13 @@ def kept_calls(records: list[Record], run_key: str) -> list[tuple[Call, State]]:
             if r.link_index not in tasks:
                 tasks[r.link_index] = upstream
                 calls.append((_call(upstream, name, r, "task", r.task_name, None,
-                                    r.task_duration_s), recorded_state(r, "task")))
+                                    r.task_duration_s), recorded_state(r, "task"),
+                              r.task_attempts or 1))
         if r.evaluator_name is not None:
             name = call_name(r.evaluator_name, r.sid, r.link_index, r.repeat)
             calls.append((_call(task_run_id(namespace, name), name, r, "evaluator",
                                 r.evaluator_name, upstream, r.evaluation_duration_s),
-                          recorded_state(r, "evaluator")))
+                          recorded_state(r, "evaluator"), r.evaluation_attempts or 1))
     return calls
 
 
@@ -51,13 +56,12 @@ def _call(run_id: str, name: str, record: Record, kind: str, step: str, upstream
     return Call(run_id, name, f"{kind}-{step}", upstream, start, 0, 0.0, {"sid": record.sid})
 
 
-async def send_missing(recorder: TaskRunRecorder, calls: list[tuple[Call, State]]) -> int:
-    """Send the calls whose task runs the server lacks in a final state; return how many."""
+async def send_missing(recorder: TaskRunRecorder, calls: list[Kept]) -> None:
+    """Send the calls whose task runs the server lacks in a final state."""
     from patronus_tasks.integrations.prefect.clients import get_client
 
     async with get_client() as client:
-        final = await held_task_runs(client, [c.task_run_id for c, _ in calls])
-    missing = [(c, s) for c, s in calls if c.task_run_id not in final]
-    for call, state in missing:
-        recorder.finished(call, state, 1, now())
-    return len(missing)
+        final = await held_task_runs(client, [c.task_run_id for c, _, _ in calls])
+    for call, state, run_count in calls:
+        if call.task_run_id not in final:
+            recorder.finished(call, state, run_count, now())
