@@ -1,12 +1,16 @@
 """An experiment apart, as deployed: the Prefect server, the object storage (moto's S3
-server), the Dask scheduler, two Dask workers and the client each on a "host" of its own
-(network namespaces: tests/netns.py), the results and the cache in the bucket.
+server), the Dask scheduler, two Dask workers and a Prefect worker each on a "host" of its
+own (network namespaces: tests/netns.py), the results and the cache in the bucket. The
+test's process is the user's laptop: it makes the deployment and asks for a run through
+the server's API; the Prefect worker (a `process` work pool) runs the flow from its own
+folder; the flow's rows run on the Dask workers.
 
-Every row in the results once, written by a worker whose host is in the row's `host`
-column; every call a task run on the server; the workers never see the client's folder
+Every row in the results once, written by a Dask worker whose host is in the row's `host`
+column; every call a task run on the server; the Dask workers never see the flow's folder
 (hidden under an empty tmpfs on their hosts): the steps travel by value, the results go to
-the bucket. One worker is killed mid-run: the experiment completes on the other, every row
-still once (README, "Dask": a row written by a dead attempt is kept, not run again).
+the bucket. One Dask worker is killed mid-run: the experiment completes on the other,
+every row still once (README, "Dask": a row written by a dead attempt is kept, not run
+again).
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ ROWS = 48
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
-CLIENT = textwrap.dedent('''
-    import json, sys, time
+FLOW = textwrap.dedent('''
+    import json, time
+    from prefect import flow
     from patronus_tasks import Row, evaluator, run_experiment, task
 
     @task(cache=True)
@@ -50,8 +55,8 @@ CLIENT = textwrap.dedent('''
     def shouted(evaluated_model_output: str) -> bool:
         return evaluated_model_output.isupper()
 
-    if __name__ == "__main__":
-        scheduler, results, cache = sys.argv[1:4]
+    @flow
+    def nightly(scheduler: str, results: str, cache: str) -> None:
         exp = run_experiment("apart", data=[{"question": f"q{i}"} for i in range(ROWS)],
                              task=answer, evaluators=[shouted], backend="dask",
                              dask_address=scheduler, results_dir=results, cache=cache,
@@ -62,11 +67,11 @@ CLIENT = textwrap.dedent('''
 ''').replace("ROWS", str(ROWS))
 
 
-def test_an_experiment_apart_on_five_hosts_with_a_worker_killed(tmp_path: Path,
-                                                                prefect_template_db: Path) -> None:
-    names = ["server", "storage", "scheduler", "worker-a", "worker-b", "client"]
+def test_an_experiment_apart_on_six_hosts_with_a_worker_killed(tmp_path: Path,
+                                                               prefect_template_db: Path) -> None:
+    names = ["server", "storage", "scheduler", "worker-a", "worker-b", "runner"]
     with netns.network(tmp_path, names) as hosts:
-        server, storage, client = hosts["server"], hosts["storage"], hosts["client"]
+        server, storage, runner = hosts["server"], hosts["storage"], hosts["runner"]
         api = f"http://{server.address}:4200/api"
         s3 = f"{storage.address}:5000"
         _start_server(server, prefect_template_db)
@@ -80,25 +85,27 @@ def test_an_experiment_apart_on_five_hosts_with_a_worker_killed(tmp_path: Path,
             host = hosts[name]
             host.start([sys.executable, "-m", "distributed.cli.dask_worker", scheduler,
                         "--host", host.address, "--nthreads", "2", "--no-nanny",
-                        "--no-dashboard"], worker_env, hide=[client.home])
+                        "--no-dashboard"], worker_env, hide=[runner.home])
         _wait_up(f"{api}/health", server)
+        (runner.home / "experiment.py").write_text(FLOW)
+        runner.start([sys.executable, "-m", "prefect", "worker", "start", "--pool", "hosts",
+                      "--type", "process"], {**worker_env, "PREFECT_WORKER_QUERY_SECONDS": "1"})
         _wait_workers(scheduler, 2)
         _make_bucket(s3, storage)
-        (client.home / "experiment.py").write_text(CLIENT)
         bucket = f"s3://runs/{{}}?endpoint_override={s3}&scheme=http"
-        run = client.start([sys.executable, "experiment.py", scheduler, bucket.format("results"),
-                            bucket.format("cache")], {**AWS, "PREFECT_API_URL": api}, log="run")
+        flow_run = _deploy_and_run(api, runner.home, {
+            "scheduler": scheduler, "results": bucket.format("results"), "cache": bucket.format("cache")})
         # worker-b dies once it wrote 2 rows (their journals in the bucket name its host).
-        until(lambda: time.sleep(0.3) or _written_by(s3, "worker-b") >= 2 or run.poll() is not None,
-              "rows written by worker-b", 120)
+        until(lambda: time.sleep(0.3) or _written_by(s3, "worker-b") >= 2
+              or _state(api, flow_run) in FINAL, "rows written by worker-b", 120)
         hosts["worker-b"].stop()
-        run.wait(180)
-        said = client.log("run")
-        assert run.returncode == 0, said
+        until(lambda: time.sleep(0.5) or _state(api, flow_run) in FINAL, "the flow run's end", 180)
+        said = runner.log()
+        assert _state(api, flow_run) == "COMPLETED", said
         result = json.loads(said.split("RESULT ", 1)[1].splitlines()[0])
         assert "RECORDED True" in said and result["status"] == "completed", said
         df = _results(s3)
-        # Every row once, each written on a worker's host (the client ran none of them).
+        # Every row once, each written on a Dask worker's host (the runner ran none of them).
         assert sorted(df["question"]) == sorted(f"q{i}" for i in range(ROWS)), df
         assert len(df) == ROWS and df["pass"].all()
         # worker-b's rows written before it died are kept (not run again on worker-a).
@@ -109,6 +116,29 @@ def test_an_experiment_apart_on_five_hosts_with_a_worker_killed(tmp_path: Path,
         assert {f"answer-{i}" for i in range(1, ROWS + 1)} <= runs
         assert {f"shouted-{i}" for i in range(1, ROWS + 1)} <= runs
         assert _objects(s3, "runs/cache"), "no cache entry in the bucket"
+
+
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _deploy_and_run(api: str, folder: Path, parameters: dict[str, str]) -> str:
+    """What `prefect deploy` and `prefect deployment run` do, through the API: a process
+    work pool, a deployment of ``nightly`` whose code is in ``folder`` (on the runner's
+    host), a run of it. The id of that flow run."""
+    with httpx.Client(base_url=api, timeout=10) as http:
+        http.post("/work_pools/", json={"name": "hosts", "type": "process"}).raise_for_status()
+        flow_id = http.post("/flows/", json={"name": "nightly"}).json()["id"]
+        steps = [{"prefect.deployments.steps.set_working_directory": {"directory": str(folder)}}]
+        deployment = http.post("/deployments/", json={
+            "name": "apart", "flow_id": flow_id, "work_pool_name": "hosts",
+            "entrypoint": "experiment.py:nightly", "pull_steps": steps}).json()["id"]
+        made = http.post(f"/deployments/{deployment}/create_flow_run", json={"parameters": parameters})
+        made.raise_for_status()
+        return str(made.json()["id"])
+
+
+def _state(api: str, flow_run: str) -> str:
+    return str(httpx.get(f"{api}/flow_runs/{flow_run}", timeout=10).json()["state_type"])
 
 
 def _start_server(host: netns.Host, template: Path) -> None:
