@@ -69,7 +69,7 @@ class _TimedExperiment(Experiment):
 class _Model:
     """The model calls of the workload, counted, over pools of POOL_SHARD connections.
 
-    As in patronus_tasks.integrations.http: httpcore scans every connection of a pool per request, so one
+    As in patronus_tasks.http: httpcore scans every connection of a pool per request, so one
     pool of 2*C connections costs more CPU than the SDK itself (C=256: 43 rows/s instead of ~180).
     """
 

@@ -28,8 +28,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from patronus_tasks.integrations.prefect import stack  # noqa: E402
-from patronus_tasks.settings import BUILT_IN_SERVER_OFF, SERVER_DEFAULTS, SERVER_NICE  # noqa: E402
+from patronus_tasks.prefect.server import stack  # noqa: E402
+from patronus_tasks.prefect.settings import BUILT_IN_SERVER_OFF, SERVER_DEFAULTS, SERVER_NICE  # noqa: E402
 
 SERVERS = ["builtin", "up", "production1", "production2"]
 

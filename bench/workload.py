@@ -16,7 +16,7 @@ from typing import Any
 
 from patronus_tasks import TaskResult, evaluator, run_experiment, task
 from patronus_tasks.http import Endpoint
-from patronus_tasks.integrations.openai import chat_completion
+from patronus_tasks.openai import chat_completion
 
 
 def _args() -> argparse.Namespace:
@@ -115,7 +115,7 @@ def _children_cpu() -> float:
 async def _until_visible(flow_run_id: str, calls: int, stall: float = 120) -> int:
     """Wait until every call's task run is visible; return how many never were (none
     appeared for ``stall`` seconds)."""
-    from patronus_tasks.integrations.prefect.runs import count_task_runs
+    from patronus_tasks.prefect.runs.flow import count_task_runs
 
     seen, progress_at = 0, time.monotonic()
     while seen < calls and time.monotonic() - progress_at < stall:

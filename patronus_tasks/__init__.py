@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         RemoteAPIError,
         UnparseableResponseError,
     )
-    from patronus_tasks.integrations.patronus import RemoteEvaluator
+    from patronus_tasks.patronus import RemoteEvaluator
     from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
@@ -55,7 +55,7 @@ _HOMES = {
     **dict.fromkeys(["ConfigError", "DatasetError", "ExperimentError", "InvalidResultError",
                      "JudgeError", "PatronusTasksError", "QualityGateError", "RemoteAPIError",
                      "UnparseableResponseError"], "exceptions"),
-    "RemoteEvaluator": "integrations.patronus", "Experiment": "results.experiment",
+    "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
     "Summary": "results.summary",
 }
 

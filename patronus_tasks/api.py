@@ -1,6 +1,6 @@
 """The public functions: set an experiment up, run it where its backend says, return it.
 
-The top of the library: it picks the backend (`integrations`), bridges sync and async
+The top of the library: it picks the backend (`prefect/`, or local), bridges sync and async
 callers, and turns SIGTERM into an interrupt.
 """
 
@@ -29,13 +29,13 @@ from patronus_tasks.run.runner import LocalStepRunner
 from patronus_tasks.run.spec import ExperimentSpec, make_spec
 
 if TYPE_CHECKING:  # imported only when a report is wanted, as in `_report_afterwards`
-    from patronus_tasks.integrations.prefect.background import Afterwards
+    from patronus_tasks.run.background import Afterwards
 
 T = TypeVar("T")
 
 async def _run(spec: ExperimentSpec) -> Experiment:
     if spec.backend != "local":
-        from patronus_tasks.integrations.prefect.orchestrate import run_on_prefect
+        from patronus_tasks.prefect.runs.orchestrate import run_on_prefect
 
         return await run_on_prefect(spec)
     return await run_kept(spec, LocalKeeper(spec))
@@ -65,8 +65,8 @@ def _report_afterwards(spec: ExperimentSpec) -> Afterwards | None:
     `Experiment.wait_recorded` and the process's exit wait for; None when not wanted."""
     if not spec.html_report:
         return None
-    from patronus_tasks.integrations.prefect.background import Afterwards
     from patronus_tasks.report.build import report_after_run
+    from patronus_tasks.run.background import Afterwards
 
     experiment = Experiment(spec.out_dir)
     return Afterwards(f"the HTML report of {spec.project_name}/{spec.experiment_name}",

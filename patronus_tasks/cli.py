@@ -30,8 +30,8 @@ from patronus_tasks.results.verdict import rule_of, said
 from patronus_tasks.run.observers import Observers, RunFacts, observing
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
-    from patronus_tasks.integrations.prefect.stack import ProcStatus
-    from patronus_tasks.integrations.prefect.stack.processes import Stopped
+    from patronus_tasks.prefect.server.stack import ProcStatus
+    from patronus_tasks.prefect.server.stack.processes import Stopped
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
@@ -63,7 +63,7 @@ def _load(name: str, results_dir: str | None) -> Experiment:
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise _usage(f"{path}: no such file")
-    from patronus_tasks.integrations.prefect import server_hook
+    from patronus_tasks.prefect.server import hook as server_hook
 
     server_hook.install()  # a flow in the file may start Prefect's built-in server: ours
     sys.path.insert(0, str(path.resolve().parent))
@@ -329,7 +329,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
     """Start a Prefect server on 127.0.0.1 (or its scaled topology), create the pool,
     deploy, start a worker."""
     from patronus_tasks.exceptions import PatronusTasksError
-    from patronus_tasks.integrations.prefect import stack as _stack
+    from patronus_tasks.prefect.server import stack as _stack
 
     if production:
         postgres, redis = postgres or _stack.LOCAL, redis or _stack.LOCAL
@@ -356,7 +356,7 @@ def _print_status(rows: list[ProcStatus]) -> None:
 @server.command("down")
 def server_down(home: Home = Path(".prefect")) -> None:
     """Stop every process that `server up` started, each by its process id."""
-    from patronus_tasks.integrations.prefect import stack as _stack
+    from patronus_tasks.prefect.server import stack as _stack
 
     stack = _stack.down(home, on_stopped=_print_stopped)
     if stack is None:
@@ -377,7 +377,7 @@ def server_status(home: Home = Path(".prefect"), as_json: Annotated[bool, typer.
     import dataclasses
     import json
 
-    from patronus_tasks.integrations.prefect import stack as _stack
+    from patronus_tasks.prefect.server import stack as _stack
 
     found = _stack.status(home)
     if found is None:

@@ -13,14 +13,9 @@ from patronus_tasks.api import _run_sync, arun_experiment, run_experiment
 from patronus_tasks.define.dataset import DataInput
 from patronus_tasks.define.step_results import EvaluationResult
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.integrations.http import Endpoint
-from patronus_tasks.integrations.patronus import (
-    PatronusReporter,
-    RemoteDataset,
-    RemoteEvaluator,
-    patronus_endpoint,
-)
-from patronus_tasks.integrations.patronus import evaluate as _evaluate
+from patronus_tasks.http import Endpoint
+from patronus_tasks.patronus import PatronusReporter, RemoteDataset, RemoteEvaluator, patronus_endpoint
+from patronus_tasks.patronus import evaluate as _evaluate
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.options import BackendOption, RunOptions
 from patronus_tasks.settings import report_to_patronus as _report_env

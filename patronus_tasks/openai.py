@@ -1,6 +1,170 @@
-"""OpenAI-compatible models and judges over HTTP: tasks, LLM judges, one chat call."""
+"""OpenAI-compatible chat endpoints (OpenAI, vLLM, Ollama, LM Studio): tasks and judges.
 
+``OPENAI_BASE_URL`` (default the OpenAI API), ``OPENAI_API_KEY`` (optional: local
+servers need none) and ``OPENAI_MODEL`` (default ``gpt-4o``) configure them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
+from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import UnparseableResponseError
-from patronus_tasks.integrations.openai import ChatTask, LLMJudge, chat_completion, openai_endpoint
+from patronus_tasks.http import Endpoint
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_RAW_KEPT = 2000
+
+
+def openai_endpoint(base_url: str | None = None, api_key: str | None = None, *,
+                    max_in_flight: int = 16, timeout: float = 60.0,
+                    max_attempts: int = 3) -> Endpoint:
+    """An OpenAI-compatible endpoint from arguments or ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return Endpoint(url, headers=headers, max_in_flight=max_in_flight, timeout=timeout,
+                    max_attempts=max_attempts)
+
+
+def default_model() -> str:
+    return os.environ.get("OPENAI_MODEL") or "gpt-4o"
+
+
+async def chat_completion(endpoint: Endpoint, messages: list[dict[str, str]], *,
+                          model: str | None = None, provider: str = "openai",
+                          **params: Any) -> TaskResult:
+    """One chat completion as a `TaskResult` with model name, provider and parameters."""
+    model = model or default_model()
+    body, attempts = await endpoint.request(
+        "POST", "/chat/completions", json={"model": model, "messages": messages, **params})
+    content = body["choices"][0]["message"]["content"]
+    system = next((m["content"] for m in messages if m.get("role") == "system"), None)
+    return TaskResult(
+        evaluated_model_output=content, evaluated_model_system_prompt=system,
+        evaluated_model_name=model, evaluated_model_provider=provider,
+        evaluated_model_params=params or None,
+        evaluated_model_selected_model=body.get("model") or model,
+        metadata={"http_attempts": attempts, "usage": body.get("usage")},
+        usage=Usage.of(body.get("usage"), model),
+    )
+
+
+class ChatTask(Task):
+    """A task that sends the row's system prompt and input to a chat endpoint.
+
+    Its result's ``usage`` holds the model asked for and the answer's tokens.
+    ``cache=True`` answers a call from the experiment's cache when the same model, with
+    the same parameters at the same endpoint, got the same messages before.
+    """
+
+    def __init__(self, model: str | None = None, *, name: str = "chat",
+                 endpoint: Endpoint | None = None, provider: str = "openai",
+                 timeout_seconds: float | None = None, cache: bool | None = None,
+                 **params: Any) -> None:
+        super().__init__(name, timeout_seconds=timeout_seconds, cache=cache)
+        self.model, self.provider, self.params = model or default_model(), provider, params
+        self.endpoint = endpoint or openai_endpoint()
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"model": self.model, "provider": self.provider, "params": self.params,
+                "base_url": self.endpoint.base_url}
+
+    async def execute(self, evaluated_model_input: str,
+                      evaluated_model_system_prompt: str | None = None) -> TaskResult:
+        messages = [{"role": "user", "content": evaluated_model_input}]
+        if evaluated_model_system_prompt:
+            messages.insert(0, {"role": "system", "content": evaluated_model_system_prompt})
+        return await chat_completion(self.endpoint, messages, model=self.model,
+                                     provider=self.provider, **self.params)
+
+    async def aclose(self) -> None:
+        await self.endpoint.aclose()
+
+
+JUDGE_SYSTEM = (
+    "You are an impartial evaluator. Judge the MODEL OUTPUT against the PASS CRITERIA. "
+    'Answer with one JSON object and nothing else: {"pass": true or false, '
+    '"score": a number from 0 to 1, "explanation": "one or two sentences"}.'
+)
+
+
+def _judge_prompt(criteria: str, fields: dict[str, Any]) -> str:
+    parts = [f"PASS CRITERIA:\n{criteria.strip()}"]
+    for label, value in fields.items():
+        if value is not None:
+            parts.append(f"{label}:\n{value}")
+    return "\n\n".join(parts)
+
+
+def parse_verdict(text: str, threshold: float = 0.5) -> EvaluationResult:
+    """Read a judge's JSON verdict; raise `UnparseableResponseError` keeping the raw text."""
+    match = re.search(r"\{.*\}", text or "", re.DOTALL)
+    try:
+        data = json.loads(match.group(0)) if match else None
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise UnparseableResponseError(
+            f"judge answer is not a JSON object: {text[:_RAW_KEPT]!r}", raw=text)
+    verdict, score = data.get("pass"), data.get("score")
+    if not isinstance(verdict, bool | None) or not isinstance(score, int | float | None) \
+            or isinstance(score, bool) or (verdict is None and score is None):
+        raise UnparseableResponseError(
+            f"judge answer lacks a boolean 'pass' or numeric 'score': {text[:_RAW_KEPT]!r}",
+            raw=text)
+    if verdict is None:
+        verdict = float(score) >= threshold  # type: ignore[arg-type]
+    explanation = data.get("explanation")
+    return EvaluationResult(
+        pass_=verdict, score_raw=float(score) if score is not None else float(verdict),
+        explanation=str(explanation) if explanation is not None else None)
+
+
+class LLMJudge(Evaluator):
+    """An evaluator asking a chat model whether the output meets ``pass_criteria``.
+
+    The answer must be JSON with ``pass`` and/or ``score`` (``pass`` is then
+    ``score >= threshold``); anything else is this row's evaluator error, the raw text kept.
+    Its result's ``usage`` holds the model and tokens; ``cache=True`` as `ChatTask`.
+    """
+
+    def __init__(self, name: str, pass_criteria: str, *, model: str | None = None,
+                 endpoint: Endpoint | None = None, threshold: float = 0.5,
+                 timeout_seconds: float | None = None, cache: bool | None = None,
+                 **params: Any) -> None:
+        super().__init__(name, criteria=pass_criteria.strip(), timeout_seconds=timeout_seconds,
+                         cache=cache)
+        self.pass_criteria, self.threshold = pass_criteria, threshold
+        self.model, self.params = model or default_model(), {"temperature": 0, **params}
+        self.endpoint = endpoint or openai_endpoint()
+
+    async def evaluate(self, evaluated_model_output: str | None = None,
+                       evaluated_model_input: str | None = None,
+                       evaluated_model_gold_answer: str | None = None,
+                       evaluated_model_retrieved_context: Any = None) -> EvaluationResult:
+        prompt = _judge_prompt(self.pass_criteria, {
+            "USER INPUT": evaluated_model_input, "RETRIEVED CONTEXT": evaluated_model_retrieved_context,
+            "GOLD ANSWER": evaluated_model_gold_answer, "MODEL OUTPUT": evaluated_model_output})
+        messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
+        body, attempts = await self.endpoint.request(
+            "POST", "/chat/completions",
+            json={"model": self.model, "messages": messages, **self.params})
+        result = parse_verdict(body["choices"][0]["message"]["content"] or "", self.threshold)
+        return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
+                                          "usage": Usage.of(body.get("usage"), self.model)})
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"model": self.model, "params": self.params, "criteria": self.pass_criteria,
+                "threshold": self.threshold, "system": JUDGE_SYSTEM,
+                "base_url": self.endpoint.base_url}
+
+    async def aclose(self) -> None:
+        await self.endpoint.aclose()
+
 
 __all__ = ["ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint"]

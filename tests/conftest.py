@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish() -> None:
-    from patronus_tasks.integrations.prefect import background as _background
+    from patronus_tasks.run import background as _background
 
     _background.drain(timeout=120)  # records still on their way to the server go first
     _SESSION.stop()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import httpx
 
-from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.settings import SERVER_DEFAULTS
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.settings import SERVER_DEFAULTS
 
 DB_FILE = "prefect.db"  # Prefect's default database, in PREFECT_HOME
 #: Where the session's server is (``port:pid:home``), for xdist's workers: they inherit it

@@ -11,7 +11,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from patronus_tasks import evaluator, run_experiment, task
-from patronus_tasks.integrations.prefect.artifacts import artifact_key
+from patronus_tasks.prefect.ui.artifacts import artifact_key
 
 
 @task

@@ -13,7 +13,7 @@ from prefect.settings import (
     temporary_settings,
 )
 
-from patronus_tasks.integrations.prefect import clients
+from patronus_tasks.prefect import clients
 
 
 def _made(monkeypatch: pytest.MonkeyPatch) -> list[ssl.SSLContext]:

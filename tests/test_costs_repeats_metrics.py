@@ -26,9 +26,9 @@ from patronus_tasks import (
     task,
 )
 from patronus_tasks.cli import app
-from patronus_tasks.integrations.patronus.evaluators import parse_evaluation
 from patronus_tasks.metrics import accuracy_by, metric, precision_recall_f1
 from patronus_tasks.openai import ChatTask, LLMJudge, openai_endpoint
+from patronus_tasks.patronus.evaluators import parse_evaluation
 from patronus_tasks.prices import DEFAULT_PRICES, PRICES_AS_OF, Price, PriceTable
 from patronus_tasks.results import compare_experiments
 
@@ -260,7 +260,7 @@ async def _flow_run(flow_run_id: str) -> Any:
 
 
 def test_figures_reach_the_flow_run_and_its_gate(prefect_server: str, results_dir: Path) -> None:
-    from patronus_tasks.integrations.prefect.artifacts import summary_rows
+    from patronus_tasks.prefect.ui.artifacts import summary_rows
 
     judge = _flaky_judge({s: [True, False] for s in "abc"})
     with pytest.raises(QualityGateError, match="rows: 6 is below 7") as failed:

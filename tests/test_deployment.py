@@ -26,7 +26,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.deployments import run_deployment
 
-from patronus_tasks.integrations.prefect.stack import SERVER_NICE, Stack, alive
+from patronus_tasks.prefect.server.stack import SERVER_NICE, Stack, alive
 
 from .conftest import ROOT
 from .prefect_servers import api_of, copy_database, free_port

@@ -27,8 +27,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.settings import BUILT_IN_SERVER_OFF, PERSISTER_SETTING, SERVER_DEFAULTS
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.settings import BUILT_IN_SERVER_OFF, PERSISTER_SETTING, SERVER_DEFAULTS
 
 from . import netns
 from .prefect_servers import copy_database

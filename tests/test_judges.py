@@ -323,7 +323,7 @@ def test_calibrate_a_judge_against_human_labels(results_dir: Path) -> None:
         assert values["judge_kappa"] == pytest.approx(0.5)
         assert cal.experiment.manifest.tags["calibration"] == "correctness|label"
         # The HTML report and the Prefect -report artifact show the matrix and the rows.
-        from patronus_tasks.integrations.prefect.artifacts import calibration_markdown
+        from patronus_tasks.prefect.ui.artifacts import calibration_markdown
         from patronus_tasks.report.build import build_report
 
         page = build_report(cal.experiment)

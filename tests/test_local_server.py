@@ -30,7 +30,7 @@ run_experiment("slow-start", data=[{"evaluated_model_output": "x"}], evaluators=
 def _local_server() -> Any:
     """The module, imported when a test needs it: it imports Prefect's whole server (~3.5 s
     of CPU, which every test process would spend collecting)."""
-    from patronus_tasks.integrations.prefect import local_server
+    from patronus_tasks.prefect.server import local as local_server
 
     return local_server
 
@@ -108,7 +108,7 @@ def test_the_servers_flush_intervals_are_whole_seconds_as_prefect_reads_them(
     # loop that kept a core busy on an idle server. Read them the way the services do.
     from prefect.settings import Settings
 
-    from patronus_tasks.settings import SERVER_DEFAULTS
+    from patronus_tasks.prefect.settings import SERVER_DEFAULTS
 
     for name, value in SERVER_DEFAULTS.items():
         monkeypatch.setenv(name, value)

@@ -231,7 +231,7 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    from patronus_tasks.integrations.prefect.artifacts import artifact_key
+    from patronus_tasks.prefect.ui.artifacts import artifact_key
 
     prefix = f"prefect-{uuid.uuid4().hex[:8]}"
 

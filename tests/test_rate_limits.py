@@ -15,7 +15,7 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from patronus_tasks import evaluator, run_experiment, task
-from patronus_tasks.integrations.prefect import background
+from patronus_tasks.run import background
 
 from .prefect_gate import Gate, Limit
 from .test_recording import _count

@@ -16,9 +16,9 @@ import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 
-from patronus_tasks.integrations.prefect.events import Call, State
-from patronus_tasks.integrations.prefect.recorder import Limits, TaskRunRecorder
-from patronus_tasks.integrations.prefect.runs import FINAL_STATES
+from patronus_tasks.prefect.events import Call, State
+from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
+from patronus_tasks.prefect.runs.flow import FINAL_STATES
 
 from .prefect_gate import Gate
 from .test_recording import _count, _runs, _states_and_logs

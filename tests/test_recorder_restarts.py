@@ -15,8 +15,8 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from patronus_tasks import Row, evaluator, run_experiment, task
-from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.integrations.prefect.recorder import Limits, TaskRunRecorder
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
 
 from .test_recorder import _new_flow_run, _record
 from .test_recording import _count

@@ -2,7 +2,7 @@
 (The recorder against servers that lag, lose or flood: test_recorder.py; against servers
 killed or without their event persister: test_recorder_restarts.py.)
 
-This is also the contract test of the event format `integrations/prefect/events.py` sends,
+This is also the contract test of the event format `prefect/events.py` sends,
 which is internal to Prefect: the same calls run through Prefect's own task engine must
 read back the same.
 """
@@ -40,7 +40,7 @@ async def _runs(flow_run_id: str) -> list[Any]:
 
 
 def _count(flow_run_id: str) -> int:
-    from patronus_tasks.integrations.prefect.runs import count_task_runs
+    from patronus_tasks.prefect.runs.flow import count_task_runs
 
     return asyncio.run(count_task_runs(flow_run_id))
 

@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 
 from patronus_tasks import Client, ConfigError, RemoteAPIError, UnparseableResponseError, run_experiment
-from patronus_tasks.integrations.openai import parse_verdict
-from patronus_tasks.openai import ChatTask, LLMJudge, openai_endpoint
+from patronus_tasks.openai import ChatTask, LLMJudge, openai_endpoint, parse_verdict
 
 from .servers import FakeServer, PatronusAPI, Recorded, Reply, chat_completion, echo_chat, serve
 

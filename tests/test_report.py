@@ -199,7 +199,7 @@ def test_charts_draw_at_none_and_all_passed() -> None:
 
 
 def test_the_series_chart_draws_one_entry_per_line_in_distinct_colours() -> None:
-    from patronus_tasks.integrations.prefect.charts import nights
+    from patronus_tasks.prefect.ui.charts import nights
     from patronus_tasks.report.charts import history_figure
 
     history = [  # the -history table's rows, newest first; metrics are not drawn

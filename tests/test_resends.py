@@ -15,9 +15,9 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from patronus_tasks import evaluator, run_experiment
-from patronus_tasks.integrations.prefect import internal
-from patronus_tasks.integrations.prefect.backlog import still_needed
-from patronus_tasks.integrations.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
+from patronus_tasks.prefect.recorder.backlog import still_needed
 
 from .prefect_gate import Gate
 from .test_recording import _count

@@ -28,16 +28,8 @@ import httpx
 import pytest
 
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.integrations.prefect.stack import (
-    LOCAL,
-    Stack,
-    Topology,
-    alive,
-    restart,
-    status,
-    up,
-)
-from patronus_tasks.integrations.prefect.stack.servers import api_processes
+from patronus_tasks.prefect.server.stack import LOCAL, Stack, Topology, alive, restart, status, up
+from patronus_tasks.prefect.server.stack.servers import api_processes
 from patronus_tasks.results import load_experiment
 
 from .conftest import ROOT
@@ -225,8 +217,8 @@ def test_a_missing_piece_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> 
 
 
 def test_down_gives_a_worker_running_no_flow_run_a_short_grace() -> None:
-    from patronus_tasks.integrations.prefect.stack import IDLE_WORKER_GRACE, _grace
-    from patronus_tasks.integrations.prefect.stack.processes import Proc, children
+    from patronus_tasks.prefect.server.stack import IDLE_WORKER_GRACE, _grace
+    from patronus_tasks.prefect.server.stack.processes import Proc, children
 
     idle = subprocess.Popen(["sleep", "30"], start_new_session=True)
     busy = subprocess.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True)

@@ -18,7 +18,7 @@ from typing import Any
 from patronus_tasks.define.step_results import Usage
 from patronus_tasks.evaluators.forms import Form, Reading, value_weights
 from patronus_tasks.exceptions import JudgeError, RemoteAPIError
-from patronus_tasks.integrations.http import Endpoint
+from patronus_tasks.http import Endpoint
 
 _RAW_KEPT = 2000
 _REFUSING = re.compile(r"\b(?:I(?:'m| am) sorry|I can(?:no|')t|I cannot|I'm unable|I am unable|"

@@ -5,8 +5,8 @@ spec's, or a worker's batch of them) through the chain with a `StepRunner`, at m
 ``max_concurrency`` at once, each row's records into a `RecordStream` (the totals, the
 Parquet parts, whoever watches) as it finishes. A `Backend` says where the loop runs:
 `InProcess` runs it here with a step runner (plain asyncio for ``"local"``; each call
-recorded on Prefect, `integrations/prefect/calls`); a Prefect task runner (Dask's or
-any other) runs it in batches on its workers (`integrations/prefect/taskrunner`),
+recorded on Prefect, `prefect/runs/calls`); a Prefect task runner (Dask's or
+any other) runs it in batches on its workers (`prefect/runs/taskrunner`),
 where each batch is an `InProcess` loop of its own.
 """
 

@@ -4,7 +4,7 @@
 Each call of user code is an `Invocation`, executed by a `StepRunner`: the seam
 between this logic and how calls are orchestrated. `LocalStepRunner` runs them in
 plain asyncio (retries and timeouts done here); `RecordingStepRunner`
-(`integrations/prefect/calls.py`) also records each as a Prefect task run. The loop over
+(`prefect/runs/calls.py`) also records each as a Prefect task run. The loop over
 an experiment's rows is `loop.row_loop`.
 """
 

@@ -1,0 +1,249 @@
+"""Every use of Prefect's private interfaces, in one place.
+
+- The REST API through the client's HTTP client (``client._client``): Prefect's public
+  client has no bulk way to record task runs or to ask which of a set of ids the server
+  holds. ``POST /events`` (the event format of `events`, also internal), ``POST /logs/``,
+  the filter and count endpoints, and the flows and flow runs the recorder makes. Events
+  and logs are sent by the retry loop's own ``send`` with the headers Prefect's adds
+  (CSRF, attribution): see `_send_once`; other posts too while the database is busy
+  (`_post`). The
+  contract test (tests/test_recording.py) runs the same calls through Prefect's own task
+  engine and compares what the API returns; the Prefect range in pyproject.toml is what
+  it passed on.
+- The built-in server (`prefect.server.local`): the class Prefect starts it with
+  (`SubprocessASGIServer`, in `SERVER_MODULE`, loaded on first use: importing it imports the
+  whole server application), the registry of its instances Prefect looks it up in, the
+  application factory its process runs and the settings that process expects.
+- A log record's ``send_to_api`` attribute, which Prefect's API log handler heeds.
+- The server's database interface, to migrate a new database and register block types
+  before several API processes start on it (`PREPARE_DATABASE`, run as a script).
+
+tests/test_local_server.py and tests/test_stack.py run these against real servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+    from prefect.client.orchestration import PrefectClient
+    from prefect.server.api.server import SubprocessASGIServer
+
+#: Prefect's server application; imported only to start a server (~3 s).
+SERVER_MODULE = "prefect.server.api.server"
+
+
+#: Waits (seconds, each jittered by +-50%) before asking again after a busy database. A
+#: server on SQLite answers 503 without Retry-After when two writes meet ("database is
+#: locked", at once: SQLite does not wait for a read turned write). It clears within
+#: milliseconds, but Prefect's client asks again after 2, 4, 8, 16 and 32 s.
+_BUSY_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+async def _post(client: PrefectClient, path: str, **kwargs: Any) -> httpx.Response:
+    """``POST`` ``path``; a busy database asked again soon (`_BUSY_WAITS`), then through
+    Prefect's retry loop, which also takes ``Retry-After`` and, for a client that had an
+    answer before, refused connections (one that never had fails at once, as in Prefect:
+    asked twice, a server that answers nothing took twice its ~1.5 s per try)."""
+    import asyncio
+    import random
+
+    import httpx
+
+    for wait in _BUSY_WAITS:
+        try:
+            response = await _send_once(client, "POST", path, **kwargs)
+        except httpx.TransportError:
+            if not getattr(client._client, "_has_connected", False):
+                raise
+            break
+        if not _busy(response):
+            response.raise_for_status()
+            return response
+        await asyncio.sleep(wait * random.uniform(0.5, 1.5))
+    response = await client._client.post(path, **kwargs)
+    response.raise_for_status()
+    return response
+
+
+def _busy(response: httpx.Response) -> bool:
+    return response.status_code == 503 and "retry-after" not in response.headers
+
+
+async def _send_once(client: PrefectClient, method: str, path: str,
+                     **kwargs: Any) -> httpx.Response:
+    """A request sent once, its answer at once. Prefect's client, even with its retries set
+    to 0, sleeps a 429's ``Retry-After`` (a 502/503's back-off, a minute in all with its
+    retries) before it hands the answer back: the recorder, which waits that long itself,
+    waited twice (a rate-limited server took events at half the pace it allowed; measured
+    with tests/prefect_gate.py)."""
+    import httpx
+
+    http: Any = client._client  # Prefect's subclass of httpx.AsyncClient
+    request = http.build_request(method, path, **kwargs)
+    if method != "GET" and getattr(http, "enable_csrf_support", False):  # as Prefect's `send`
+        await http._add_csrf_headers(request=request)
+    if hasattr(http, "_add_attribution_headers"):
+        http._add_attribution_headers(request)
+    response = await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
+    # As Prefect's `send` marks it: only a client that got an answer once retries a refused
+    # connection (a server restarting). Unmarked, a post-run whose first answer came here
+    # (`answers`) lost its artifacts to a restart (tests/test_recorder_restarts.py).
+    http._has_connected = True
+    return response
+
+
+async def answers(client: PrefectClient) -> bool:
+    """Whether the server answers ``GET /health`` now (asked once)."""
+    import httpx
+
+    try:
+        return (await _send_once(client, "GET", "/health")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def post_events(client: PrefectClient, body: bytes) -> None:
+    """Send a JSON array of events (already serialised) for the server to record, once."""
+    response = await _send_once(client, "POST", "/events", content=body,
+                                 headers={"content-type": "application/json"})
+    response.raise_for_status()
+
+
+async def post_logs(client: PrefectClient, logs: list[dict[str, Any]]) -> None:
+    """Send log records, once."""
+    (await _send_once(client, "POST", "/logs/", json=logs)).raise_for_status()
+
+
+async def count_task_runs(client: PrefectClient, body: dict[str, Any]) -> int:
+    """``POST /task_runs/count`` with a filter body."""
+    return int((await _post(client, "/task_runs/count", json=body)).json())
+
+
+async def filter_task_runs(client: PrefectClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``POST /task_runs/filter``: the task runs as JSON (no model parsing: faster)."""
+    return list((await _post(client, "/task_runs/filter", json=body)).json())
+
+
+async def filter_events(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /events/filter``: one page of events and the total."""
+    return dict((await _post(client, "/events/filter", json=body)).json())
+
+
+async def create_flow_run(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /flow_runs/`` (the public client's takes a `Flow` object, which the recorder
+    process does not have: the experiment's code runs elsewhere)."""
+    return dict((await _post(client, "/flow_runs/", json=body)).json())
+
+
+async def create_flow(client: PrefectClient, name: str) -> str:
+    """``POST /flows/`` (what the public client's `create_flow_from_name` sends): the id of
+    the flow of that name, made if new."""
+    return str((await _post(client, "/flows/", json={"name": name})).json()["id"])
+
+
+async def create_task_run(client: PrefectClient, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /task_runs/`` (the public client's takes a `Task` object)."""
+    return dict((await _post(client, "/task_runs/", json=body)).json())
+
+
+def watch_responses(client: PrefectClient, hook: Callable[[httpx.Response], None]) -> None:
+    """Call ``hook`` with every response the client gets, retried ones included (Prefect's
+    client retries a 429 itself: the recorder still wants to know the server limits it)."""
+
+    async def seen(response: httpx.Response) -> None:
+        hook(response)
+
+    client._client.event_hooks["response"].append(seen)
+
+
+# -- the built-in server ------------------------------------------------------------------
+
+
+def _server_class() -> type[SubprocessASGIServer]:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    return SubprocessASGIServer
+
+
+def __getattr__(name: str) -> Any:
+    """`SubprocessASGIServer`, from `SERVER_MODULE` when first asked for."""
+    if name == "SubprocessASGIServer":
+        return _server_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def built_in_server() -> SubprocessASGIServer | None:
+    """The instance Prefect uses for its built-in server, if one exists (none before
+    `SERVER_MODULE` is loaded)."""
+    if SERVER_MODULE not in sys.modules:
+        return None
+    return _server_class()._instances.get(None)
+
+
+def forget_built_in_server(server: SubprocessASGIServer) -> None:
+    """Prefect makes a new instance for its next built-in server (if ``server`` is its
+    current one)."""
+    instances = _server_class()._instances
+    if instances.get(None) is server:
+        del instances[None]
+
+
+def server_command(port: int) -> list[str]:
+    """The command of a server process: Prefect's application under uvicorn (what
+    `SubprocessASGIServer` and ``prefect server start`` run), no UI, on 127.0.0.1."""
+    import prefect
+
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+            "--factory", f"{SERVER_MODULE}:create_app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+
+
+#: What the built-in server's process is told about itself, as `SubprocessASGIServer`
+#: tells it: it is ephemeral, and its application the last one the process makes (Prefect
+#: then frees what it kept for another).
+BUILT_IN_SERVER_ENV = {"PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+
+
+# -- logs --------------------------------------------------------------------------------
+
+
+def keep_from_api(record: logging.LogRecord) -> None:
+    """Prefect's API log handler does not send ``record`` (this package sends it, attached
+    to the call's task run)."""
+    record.send_to_api = False
+
+
+# -- the server's database ---------------------------------------------------------------
+
+#: Migrations and block registration, once, before the API processes start: several
+#: processes doing both at start-up on a new database race (and block registration stalls).
+PREPARE_DATABASE = """
+import asyncio
+from prefect.server.database import provide_database_interface
+from prefect.server.models.block_registration import run_block_auto_registration
+
+async def main():
+    db = provide_database_interface()
+    await db.create_db()
+    async with await db.session() as session:
+        await run_block_auto_registration(session=session)
+
+asyncio.run(main())
+"""
+
+
+def dask_client() -> Any:
+    """The Dask client of the flow run this runs in, when its task runner is Dask's
+    (`prefect_dask.DaskTaskRunner.client`, made on first use), else None."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = ctx.task_runner if ctx is not None else None
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    return getattr(runner, "client", None)

@@ -1,0 +1,102 @@
+"""What an experiment's process and its recorder process say to each other.
+
+To the recorder process (`recording`, `ToRecorder`): ``("open", Opening)`` once per
+experiment, then ``("calls", [(key, CallItem), ...], {key: rows done})``, then
+``("close", Closing)``; ``("stop",)`` when the experiment's process stops waiting for it.
+Back (`recorder.main`, `FromRecorder`): ``("flow_run", key, (id, url, series))``,
+``("progress", key, Progress)``, ``("verdict", key, VerdictNote)`` (the gates that failed
+are its ``failures``; an empty list when there is no verdict) and
+``("done", key, Progress)``. Pickled frames (`channel`): these types are the contract.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from patronus_tasks.run.modes import RecordMode
+
+if TYPE_CHECKING:
+    from patronus_tasks.prefect.events import Call, State
+    from patronus_tasks.record.location import Location
+    from patronus_tasks.record.manifest import VerdictNote
+    from patronus_tasks.results.verdict import Rule
+
+#: A call's news: running (its run count), finished (its state, run count and end), or
+#: a log record of it.
+CallItem: TypeAlias = (tuple[Literal["running"], "Call", int]
+                       | tuple[Literal["finished"], "Call", "State", int, dt.datetime]
+                       | tuple[Literal["log"], dict[str, Any]])
+#: What the rows' side queues for the writer thread: an experiment opened, a call's item
+#: (by experiment key), an experiment closed, or stop.
+Outgoing: TypeAlias = (tuple[Literal["o"], "Opening"] | tuple[Literal["i"], str, CallItem]
+                       | tuple[Literal["c"], "Closing"] | tuple[Literal["stop"]])
+ToRecorder: TypeAlias = (tuple[Literal["open"], "Opening"]
+                         | tuple[Literal["calls"], list[tuple[str, CallItem]], dict[str, int]]
+                         | tuple[Literal["close"], "Closing"] | tuple[Literal["stop"]])
+#: The flow run made: its id, its URL in the UI, the series it is compared in.
+FlowRunMade: TypeAlias = tuple[str, str | None, str]
+FromRecorder: TypeAlias = (tuple[Literal["flow_run"], str, FlowRunMade]
+                           | tuple[Literal["progress", "done"], str, "Progress"]
+                           | tuple[Literal["verdict"], str, "VerdictNote | list[str]"])
+
+@dataclass(frozen=True)
+class ParentRun:
+    """The flow run an experiment runs inside (a user's ``@flow``, a deployment's)."""
+
+    flow_run_id: str
+    flow_name: str
+    deployment_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Opening:
+    """An experiment's flow run, to be created: what it shows and where its results are."""
+
+    key: str
+    project: str
+    title: str  # ``<project>/<experiment>``
+    flow_name: str
+    run_name: str
+    tags: tuple[str, ...]
+    parameters: dict[str, Any]
+    results: bytes  # the results' `Location`, pickled (`out_dir`)
+    rows: int
+    series: str | None = None  # given; else the parent's flow (and deployment) and project
+    parent: ParentRun | None = None
+    record: RecordMode = "all"
+    persisting: bool | None = None  # whether the server stores events, if known here
+    html_report: bool = True  # write report.html beside the results
+
+    @property
+    def out_dir(self) -> Location:
+        """Where the results are: loaded when the run is over (pyarrow: ~0.2 s of imports,
+        which the recorder process spares its first task runs)."""
+        return pickle.loads(self.results)
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How an experiment's rows ended, and what its final state must weigh."""
+
+    key: str
+    status: Literal["completed", "interrupted"]
+    gate_failures: tuple[str, ...] = ()  # the gates checked here (errors, pass rates)
+    fail_on_regression: bool = False
+    calls: int = 0  # calls made, recorded or not
+    why: str | None = None  # what interrupted it
+    rule: Rule | None = None  # when it is worse than the previous run, and what that fails
+
+
+@dataclass
+class Progress:
+    """How far Prefect is with an experiment's task runs."""
+
+    expected: int = 0  # calls sent to be recorded
+    recorded: int = 0
+    lost: int = 0
+    logs_dropped: int = 0
+    ended: bool = False  # nothing more will be recorded
+    notes: list[str] = field(default_factory=list)  # what the user should know (rate limits)

@@ -1,0 +1,110 @@
+"""Prefect orchestration: an experiment as a flow run, each step call as a task run."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from prefect import flow
+from prefect import tags as prefect_tags
+from prefect.client.orchestration import PrefectClient
+from prefect.context import FlowRunContext
+from prefect.task_runners import TaskRunner
+
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.clients import get_client
+from patronus_tasks.prefect.recorder.backlog import count_task_runs_by_id
+
+T = TypeVar("T")
+logger = logging.getLogger("patronus_tasks")
+FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+
+
+def current_flow_run_id() -> str | None:
+    """The id of the flow run this code runs in, if any."""
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx and ctx.flow_run else None
+
+
+async def run_as_flow(body: Callable[..., Awaitable[T]], *, flow_name: str, run_name: str,
+                      tags: list[str], parameters: dict[str, Any] | None = None,
+                      task_runner: TaskRunner[Any] | None = None) -> T:
+    """Run ``body`` as one Prefect flow run (a subflow when called inside a flow).
+
+    ``parameters`` are what the flow run shows on its Parameters tab: ``body`` takes them
+    as keywords (``**kwargs``); the signature Prefect reads lists them one by one.
+    """
+    options: dict[str, Any] = {"task_runner": task_runner} if task_runner is not None else {}
+    parameters = parameters or {}
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in parameters])
+    experiment_flow = flow(
+        name=flow_name, flow_run_name=lambda: run_name, persist_result=False,
+        validate_parameters=False, **options,
+    )(body)
+    with prefect_tags(*tags):
+        return await experiment_flow(**parameters)
+
+
+async def mark_cancelled(flow_run_id: str, why: str) -> None:
+    """Force a flow run into Cancelled: it was interrupted, and can be resumed."""
+    from prefect.states import Cancelled
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(message=f"interrupted: {why}"),
+                                        force=True)
+
+
+async def count_task_runs(flow_run_id: str, client: PrefectClient | None = None) -> int:
+    """How many task runs of this flow run the server has recorded in a final state."""
+    body = {
+        "flow_runs": {"id": {"any_": [flow_run_id]}},
+        "task_runs": {"state": {"type": {"any_": FINAL_STATES}}},
+    }
+    if client is None:
+        async with get_client() as client:
+            return await count_task_runs(flow_run_id, client)
+    return await internal.count_task_runs(client, body)
+
+
+async def _timed_count(flow_run_id: str, client: PrefectClient) -> tuple[int, float]:
+    start = time.monotonic()
+    return await count_task_runs(flow_run_id, client), time.monotonic() - start
+
+
+async def _until_exist(client: PrefectClient, task_run_ids: list[str], deadline: float) -> None:
+    """Wait until these task runs exist, or ``deadline``: looked up by id, cheap to ask
+    often whatever the flow run's size (counting it is not, see below)."""
+    while task_run_ids and time.monotonic() < deadline:
+        if await count_task_runs_by_id(client, task_run_ids) >= len(task_run_ids):
+            return
+        await asyncio.sleep(0.25)
+
+
+async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0,
+                              last: Sequence[str] = ()) -> int:
+    """Wait until the server has recorded ``expected`` task runs, or ``timeout`` passes.
+
+    The server records task runs from events a few seconds after they happen; returning
+    (and so perhaps stopping the built-in server) before that would lose them. ``last``:
+    each recorder's `TaskRunRecorder.last_task_run_id`; waiting for those first spares
+    counting the flow run over and over.
+    """
+    deadline = time.monotonic() + timeout
+    async with get_client() as client:  # one client: each new one loads the CA bundle again
+        await _until_exist(client, list(last), deadline)
+        seen, took = await _timed_count(flow_run_id, client)
+        while seen < expected and time.monotonic() < deadline:
+            # The count grows with the flow run (0.1 s at 100,000 task runs on a busy
+            # server): asked back to back, it would slow the recording it waits for.
+            await asyncio.sleep(max(0.5, 10 * took))
+            seen, took = await _timed_count(flow_run_id, client)
+    if seen < expected:
+        logger.warning("Prefect has recorded %d of this experiment's %d task runs after %.0f s; "
+                       "the rest may still come, or be lost (see the server's log)",
+                       seen, expected, timeout)
+    return seen

@@ -1,0 +1,109 @@
+"""Prefect's own processes in the stack: the API (one process, or several behind one
+port), the background services (inside the API process, or in their own when Redis
+carries the events between them), the work pool, the deployments and a process worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from patronus_tasks.exceptions import ExperimentError
+from patronus_tasks.prefect import internal
+from patronus_tasks.prefect.settings import SERVER_DEFAULTS, redis_settings
+
+from .processes import Proc, spawn, wait_for
+
+POOL = "local-process"
+
+def server_env(home: Path, database_url: str | None, redis_url: str | None) -> dict[str, str]:
+    """The environment of the server processes: the settings for many task runs (where
+    the user set none), the database and Redis they share."""
+    env = {**SERVER_DEFAULTS, **os.environ, "PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    if database_url:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+    if redis_url:
+        env.update(redis_settings(redis_url))
+        env["PREFECT_API_DATABASE_MIGRATE_ON_START"] = "false"  # done by `prepare`
+        env["PREFECT_API_BLOCKS_REGISTER_ON_START"] = "false"
+    return env
+
+
+def client_env(home: Path, api_url: str) -> dict[str, str]:
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url}
+
+
+def prefect(*args: str) -> list[str]:
+    return [sys.executable, "-m", "prefect", *args]
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path, what: str = "") -> None:
+    out = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        what = what or f"`{' '.join(args[2:])}`"
+        raise ExperimentError(f"{what} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+
+
+def prepare(env: dict[str, str], cwd: Path) -> None:
+    """Migrate the database and register Prefect's block types."""
+    run([sys.executable, "-c", internal.PREPARE_DATABASE], env, cwd,
+        "migrating the Prefect database")
+
+
+def start_api(home: Path, env: dict[str, str], port: int, processes: int,
+              services_apart: bool, nice: int) -> Proc:
+    """``prefect server start``: with several processes (uvicorn's workers on one port,
+    replaced when one dies), or services apart, it runs no services."""
+    args = ["server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    if processes > 1:
+        args += ["--workers", str(processes)]
+    elif services_apart:
+        args.append("--no-services")
+    url = f"http://127.0.0.1:{port}/api"
+    proc = Proc("api", url=url, argv=prefect(*args), log=str(home / "server.log"))
+    # The UI finds the API from PREFECT_UI_API_URL, which Prefect derives from its port
+    # setting (4200), not from --port: on another port the UI could not reach its API.
+    return spawn(proc, {"PREFECT_UI_API_URL": url, **env}, home, nice)
+
+
+def start_services(home: Path, env: dict[str, str], nice: int) -> Proc:
+    proc = Proc("services", argv=prefect("server", "services", "start"),
+                log=str(home / "services.log"))
+    return spawn(proc, env, home, nice)
+
+
+def wait_healthy(api: Proc, timeout: float) -> None:
+    wait_for(lambda: _healthy(api.url), api, timeout, "the Prefect API server")
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def api_processes(api: Proc) -> list[int]:
+    """The processes serving the API when there are several (uvicorn's workers)."""
+    from .processes import children, command_line
+
+    if api.pid is None:
+        return []
+    return [pid for pid in children(api.pid) if "multiprocessing.spawn" in command_line(pid)]
+
+
+def pool_and_deployments(home: Path, api_url: str, project: Path, deploy: bool) -> None:
+    env = client_env(home, api_url)
+    run(prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"), env, project)
+    if deploy:
+        run(prefect("--no-prompt", "deploy", "--all"), env, project)
+
+
+def start_worker(home: Path, api_url: str, project: Path) -> Proc:
+    proc = Proc("worker", argv=prefect("worker", "start", "--pool", POOL),
+                log=str(home / "worker.log"))
+    return spawn(proc, client_env(home, api_url), project)

@@ -1,0 +1,8 @@
+"""What the Prefect UI shows of an experiment: the artifacts (summary, rows, comparison,
+calibration), their charts and the series across nights, links, table cells, artifact
+keys, the progress artifact, and the states a recorded call is shown in (`display`);
+`postrun` publishes them once the rows are done.
+
+May import: Prefect's client side, `prefect.internal`, `record`, `results`, `report`
+and the ground modules; not `prefect.runs` or `prefect.recorder`.
+"""

@@ -1,0 +1,179 @@
+"""An experiment's pictures in the Prefect UI, and its figures on the pages above it.
+
+``<series>-charts`` is a markdown artifact: the run's pass rates with their intervals, its
+score distributions, the run against the previous one and the series night by night, as
+PNG data URLs (the UI renders an image inside markdown from a ``data:`` URL: nothing for
+the browser to fetch, nothing to host), with links to the lists of findings and errors and
+to the HTML report. When the experiment is a subflow (a deployment's flow run calling
+it), that flow run gets its figures too: an artifact and log lines (Prefect lets any
+client add both to any flow run; its state is its own flow's to set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefect.artifacts import MarkdownArtifact
+
+from patronus_tasks.prefect.recorder.flowruns import add_tags
+from patronus_tasks.prefect.ui import links as _links
+from patronus_tasks.prefect.ui.artifacts import (
+    Target,
+    artifact_key,
+    create,
+    results_link,
+)
+from patronus_tasks.prefect.ui.cells import markdown_table
+from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import VerdictNote
+from patronus_tasks.report import charts as _charts
+from patronus_tasks.report.build import report_after_run
+from patronus_tasks.results.compare import Comparison
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+
+logger = logging.getLogger("patronus_tasks")
+#: `series.history_row` columns that are not an evaluator's figure.
+HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
+                           "errors", "metrics", "cost USD", "regressed"})
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def picture(png: bytes | None, alt: str) -> list[str]:
+    """A markdown image of ``png`` (nothing when there is no chart)."""
+    return [] if png is None else [f"![{alt}]({data_url(png)})", ""]
+
+
+def _figure(value: object) -> float | None:
+    text = str(value or "").strip()
+    try:
+        if text.endswith("%"):
+            return float(text[:-1]) / 100
+        return float(text.removeprefix("mean ")) if text.startswith("mean ") else None
+    except ValueError:
+        return None
+
+
+def nights(history: list[dict[str, Any]]) -> list[_charts.Night]:
+    """The ``-history`` table's rows (newest first) as the chart's nights, oldest first."""
+    out = []
+    for row in reversed(history):
+        values = {k: _figure(v) for k, v in row.items() if k not in HISTORY_FIXED}
+        regressed = [n.strip() for n in str(row.get("regressed") or "").split(",") if n.strip()]
+        out.append(_charts.Night(str(row.get("started", ""))[5:19], values, regressed))
+    return out
+
+
+def _counts(summary: Summary) -> tuple[int, int]:
+    not_passed = sum(s.verdicts - s.passed for s in summary.evaluators if s.pass_rate is not None)
+    return not_passed, summary.task_errors + summary.evaluator_errors
+
+
+def links_line(experiment: Experiment, summary: Summary, report: Path | Location | None) -> str:
+    """Where to look next: the findings, the errors, the HTML report."""
+    not_passed, errors = _counts(summary)
+    parts = [f"[{not_passed} verdicts did not pass]({_links.findings(experiment)})",
+             f"[errors: {errors}]({_links.errors(experiment)})"]
+    if report is not None:
+        target, text = results_link(report)
+        parts.append(f"HTML report: [{text}]({target})")
+    return " · ".join(parts)
+
+
+def charts_markdown(title: str, experiment: Experiment, summary: Summary,
+                    drawn: dict[str, bytes | None], history: list[dict[str, Any]],
+                    report: Path | Location | None) -> str:
+    """The ``-charts`` artifact: this run, against the previous one, the series."""
+    lines = [f"# {title}: charts", "", links_line(experiment, summary, report), ""]
+    lines += picture(drawn["rates"], "pass rate per evaluator")
+    lines += picture(drawn["scores"], "score distribution per evaluator")
+    if drawn["comparison"] is not None:
+        lines += ["## Against the previous run", ""]
+        lines += picture(drawn["comparison"], "against the previous run")
+    if len(history) > 1:
+        lines += ["## The series, run by run", ""]
+        lines += picture(_charts.history_chart(nights(history)), "the series run by run")
+    return "\n".join(lines)
+
+
+def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates: bytes | None,
+                    report: Path | Location | None, flow_run_id: str) -> str:
+    """What the experiment's parent flow run shows of it: figures, chart, links."""
+    rows = [{"evaluator": s.evaluator, "pass rate": f"{s.pass_rate:.1%}" if s.pass_rate is not None
+             else "", "passed": f"{s.passed}/{s.judged}" if s.pass_rate is not None
+             else "", "mean score": f"{s.scores['mean']:.3g}" if "mean" in s.scores else "",
+             "errors": s.errors} for s in summary.evaluators]
+    return "\n".join([f"# {title}", "", summary.headline(), "",
+                      f"[The experiment's flow run]({_links.flow_run(flow_run_id)}) · "
+                      + links_line(experiment, summary, report), "", *markdown_table(rows), "",
+                      *picture(rates, "pass rates")])
+
+
+def _level(line: str, note: VerdictNote) -> int:
+    """A warning for what got worse and for a verdict that did (the UI marks warnings)."""
+    worse = (line.startswith("vs previous") and " worse: " in line) or (
+        line.startswith("verdict:") and bool(note.worse or note.failures))
+    return logging.WARNING if worse else logging.INFO
+
+
+async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
+                            client: PrefectClient) -> None:
+    """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
+    and log lines (its Logs tab, where a deployment's run opens: the figures, each
+    evaluator against the previous run, the verdict), posted last before that run ends."""
+    from prefect.client.schemas.actions import ArtifactCreate, LogCreate
+
+    now = dt.datetime.now(dt.UTC)
+    said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
+    logs = [LogCreate(name="patronus_tasks", level=_level(line, note), message=f"{title}: {line}",
+                      timestamp=now, flow_run_id=parent) for line in said]
+    if markdown is not None:
+        await client.create_artifact(ArtifactCreate(
+            type="markdown", data=markdown, flow_run_id=parent, description=f"{title}: {note.message}"))
+    await add_tags(client, parent, note.tags)
+    await client.create_logs(logs)
+
+
+def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
+          history: list[dict[str, Any]], html_report: bool,
+          flow_run_id: str) -> tuple[str, str, Path | Location | None]:
+    """The report file and both markdowns, each chart drawn once (CPU work: run off the
+    event loop)."""
+    compared = comparison if isinstance(comparison, Comparison) else None
+    df = experiment.to_dataframe(SUMMARY_COLUMNS)
+    drawn = {name: _charts.draw(name, summary, df, compared)
+             for name in ("rates", "scores", "comparison")}
+    report = report_after_run(experiment, compared, drawn) if html_report else None
+    return (charts_markdown(title, experiment, summary, drawn, history, report),
+            parent_markdown(title, experiment, summary, drawn["rates"], report, flow_run_id),
+            report)
+
+
+async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
+                         comparison: Comparison | str, history: list[dict[str, Any]],
+                         target: Target, html_report: bool = True) -> str | None:
+    """Write the HTML report (unless ``html_report`` is False) and publish
+    ``<series>-charts``; return what the parent flow run shows of the run (None: the
+    charts could not be drawn)."""
+    try:
+        charts_md, parent_md, _ = await asyncio.to_thread(
+            _make, title, experiment, summary, comparison, history, html_report,
+            target.flow_run_id)
+    except Exception as exc:  # pictures are extras: the run and its results stand
+        logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
+        return None
+    await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
+                                  description=f"{title}: {summary.headline()}",
+                                  flow_run_id=target.flow_run_id), target.client)
+    return parent_md

@@ -1,0 +1,93 @@
+"""After an experiment's rows: its artifacts, the comparison with its series' previous
+run, and the verdict its flow run ends with, top to bottom.
+
+Runs where the records are kept (the recorder process, or the flow of Dask batches),
+after the results are written: nothing here is in front of the results.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from prefect.states import Completed, Failed, State
+
+from patronus_tasks.prefect.recorder.flowruns import add_tags
+from patronus_tasks.prefect.recorder.protocol import Closing, Opening
+from patronus_tasks.prefect.ui import artifacts as _artifacts
+from patronus_tasks.prefect.ui import series as _series
+from patronus_tasks.prefect.ui.charts import publish_charts, publish_to_parent
+from patronus_tasks.record.location import Location
+from patronus_tasks.record.manifest import VerdictNote
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.verdict import judge, rule_of
+
+
+@dataclass
+class Verdict:
+    """What the experiment's flow run ends with: its state, the lines it logs, the gates
+    that failed (those checked here, ``fail_on_regression``, included) and the verdict
+    against the previous run (`results.verdict`), which the experiment's process keeps."""
+
+    state: State
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    note: VerdictNote | None = None
+
+
+@dataclass(frozen=True)
+class Publishing:
+    """An experiment to publish: where (`artifacts.Target`), under which series and title,
+    its results, its parent flow run (a deployment's), whether to write its HTML report."""
+
+    target: _artifacts.Target
+    series: str
+    title: str
+    out_dir: Location
+    parent: str | None = None
+    html_report: bool = True
+
+    @classmethod
+    def of(cls, opening: Opening, target: _artifacts.Target, series: str) -> Publishing:
+        """The experiment that ``opening`` opened, to publish at ``target`` in ``series``."""
+        parent = opening.parent.flow_run_id if opening.parent else None
+        return cls(target, series, opening.title, opening.out_dir, parent, opening.html_report)
+
+
+async def publish(p: Publishing, closing: Closing) -> Verdict:
+    """Top to bottom: the series' previous run (asked before this one is published), the
+    results read and set against it, their artifacts, the comparison, the history and
+    the charts published; the verdict said (a gate that failed, ``closing.gate_failures``
+    or a regression, fails it) on this flow run (tags) and on its parent (tags, figures)."""
+    previous = await _series.previous_run(p.series, p.target.client)
+    experiment = Experiment(p.out_dir)
+    df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
+    summary = experiment.summary(df)
+    rule = closing.rule or rule_of(None, closing.fail_on_regression)
+    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids, rule)
+    await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
+                             experiment)
+    await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
+    history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
+    parent_md = await publish_charts(p.series, p.title, experiment, summary, seen.comparison,
+                                     history, p.target, p.html_report)
+    note = judge(summary, seen.comparison, rule, closing.gate_failures)
+    await add_tags(p.target.client, p.target.flow_run_id, note.tags)
+    if p.parent is not None:
+        await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
+    return _verdict(experiment, note)
+
+
+def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
+    message = f"{note.message}. Results: {experiment.results_path}"
+    level = logging.WARNING if note.worse else logging.INFO
+    lines = [(logging.INFO, line) for line in note.lines if not line.startswith("vs previous")]
+    lines += [(level, line) for line in note.lines if line.startswith("vs previous")]
+    lines.append((logging.INFO, f"results: {experiment.results_path}"))
+    # Prefect's own state names: the UI's run lists filter by name ("All except scheduled"
+    # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
+    # its deployment's page. The verdict leads the message and is in the tags.
+    if not note.failures:
+        return Verdict(Completed(message=message), lines, note=note)
+    lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
+    return Verdict(Failed(message=message), lines, note.failures, note)
