@@ -204,7 +204,13 @@ def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
                          experiment_name="ui", results_dir=results_dir, print_summary=False)
     assert exp.wait_recorded(60)
     found = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))
-    assert found["slow_and_chatty-1"][0] == ["Running", "Completed"]  # still going after 1 s
+    # Row 1 returns only once the server showed its task run Running (else its row is an
+    # error): still going after 1 s, it was sent Running. Its state history on the shared
+    # server is ["Running", "Completed"], or now and then ["Completed"] when the server's
+    # task-run recorder, busy with the other tests' runs, kept the run but not the earlier
+    # state row (issue 34's notes).
+    assert list(exp.to_dataframe()["task_output"]) == ["done", "done"]
+    assert found["slow_and_chatty-1"][0] in (["Running", "Completed"], ["Completed"])
     assert found["slow_and_chatty-2"][0] == ["Completed"]  # fast: one event, not two
     for sid in ("1", "2"):
         logs = found[f"slow_and_chatty-{sid}"][1]
