@@ -20,13 +20,14 @@ from typing_extensions import Unpack
 
 from patronus_tasks.define.dataset import DataInput, aload_data
 from patronus_tasks.exceptions import QualityGateError
+from patronus_tasks.execute.run import run_kept
+from patronus_tasks.execute.setup import make_spec
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import observers
-from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.loop import InProcess
 from patronus_tasks.run.options import RunOptions, split_run
 from patronus_tasks.run.runner import LocalStepRunner
-from patronus_tasks.run.spec import ExperimentSpec, make_spec
+from patronus_tasks.run.spec import ExperimentSpec
 
 if TYPE_CHECKING:  # imported only when a report is wanted, as in `_report_afterwards`
     from patronus_tasks.run.background import Afterwards

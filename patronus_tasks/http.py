@@ -1,9 +1,15 @@
-"""HTTP endpoints: one pooled client per endpoint, an in-flight limit, retries with backoff.
+"""HTTP endpoints: one pooled client per endpoint, an in-flight limit, retries with backoff;
+and a server's rate limits (`RateLimited`, `Pace`).
 
 Retries cover 429, 5xx, connection errors and timeouts, with exponential backoff and
 full jitter, honouring ``Retry-After``; other 4xx answers fail at once. Each endpoint
 keeps its own in-flight limit, so judges and tasks can be throttled apart from each
 other and from the experiment's ``max_concurrency``.
+
+A server that limits the rate of requests (Prefect Cloud counts every event and log
+against per-minute limits) answers ``429 Too Many Requests`` with ``Retry-After`` past
+them: what it refuses is sent again once it allows, never dropped and never sooner
+(`RateLimited`); `Pace` watches its answers to say how long a catch-up will take.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import random
 import ssl
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,15 +61,20 @@ class _LoopState:
         return self.clients[self.turn]
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds a response's ``Retry-After`` asks for (seconds or an HTTP date), if it says."""
+    value = response.headers.get("retry-after", "").strip()
     if not value:
         return None
     try:
-        return min(float(value), _RETRY_AFTER_CAP)
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
         when = email.utils.parsedate_to_datetime(value)
-        return min(max(when.timestamp() - time.time(), 0.0), _RETRY_AFTER_CAP)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _retryable(status: int) -> bool:
@@ -123,9 +135,9 @@ class Endpoint:
         return state
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
-        hinted = _retry_after(response) if response is not None else None
+        hinted = retry_after(response) if response is not None else None
         if hinted is not None:
-            return hinted
+            return min(hinted, _RETRY_AFTER_CAP)
         return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
 
     async def request(self, method: str, path: str, **kwargs: Any) -> tuple[Any, int]:
@@ -184,6 +196,87 @@ class Endpoint:
 def _failure(method: str, path: str, response: httpx.Response) -> str:
     return (f"{method} {path}: HTTP {response.status_code} (not retried): "
             f"{response.text[:500]}")
+
+
+#: Seconds of history the pace is measured over (Cloud's limits are per minute).
+WINDOW = 60.0
+_DEFAULT_WAIT = 10.0  # when a 429 says nothing of how long
+
+
+class RateLimited(Exception):
+    """The server refused a request for its rate: try again after ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"rate limited: retry after {seconds:.0f} s")
+        self.seconds = seconds
+
+    @classmethod
+    def of(cls, exc: BaseException) -> RateLimited | None:
+        """``exc`` as a `RateLimited`, if it is an HTTP 429."""
+        if isinstance(exc, RateLimited):
+            return exc
+        if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 429:
+            return cls(_wait_of(exc.response))
+        return None
+
+    @classmethod
+    def raise_if(cls, exc: BaseException) -> None:
+        limited = cls.of(exc)
+        if limited is not None:
+            raise limited from exc
+
+
+class Pace:
+    """Events the server took over the last `WINDOW`, and when it last said 429."""
+
+    def __init__(self) -> None:
+        self._taken: deque[tuple[float, int]] = deque()
+        self.limited_at = 0.0
+        self.retry_after = 0.0
+        self.refusals = 0
+
+    def saw(self, response: httpx.Response) -> None:
+        """Every answer of the server (an httpx response hook)."""
+        if response.status_code == 429:
+            self.limited_at, self.retry_after = time.monotonic(), _wait_of(response)
+            self.refusals += 1
+
+    def took(self, events: int) -> None:
+        now = time.monotonic()
+        self._taken.append((now, events))
+        while self._taken and self._taken[0][0] < now - WINDOW:
+            self._taken.popleft()
+
+    @property
+    def limited(self) -> bool:
+        """Whether the server refused anything for its rate in the last `WINDOW`."""
+        return self.limited_at > 0 and time.monotonic() - self.limited_at < WINDOW
+
+    def per_minute(self) -> float:
+        """Events taken per minute over the window (since the first, if younger)."""
+        if not self._taken:
+            return 0.0
+        span = max(time.monotonic() - self._taken[0][0], 1.0)
+        return sum(n for _, n in self._taken) * 60.0 / min(max(span, 1.0), WINDOW)
+
+    def note(self, left: int) -> str | None:
+        """What a rate limit means for ``left`` task runs to go, or None when none applies."""
+        if not self.limited:
+            return None
+        rate = self.per_minute()
+        eta = f"~{_duration(60 * left / rate)} at the ~{rate:.0f} events/min it allows" \
+            if rate else "how long is known once it takes some"
+        return (f"the Prefect server limits the rate of requests (HTTP 429, Retry-After "
+                f"{self.retry_after:.0f} s): {left} task runs to go, {eta}; nothing is dropped")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _wait_of(response: httpx.Response) -> float:
+    hinted = retry_after(response)
+    return _DEFAULT_WAIT if hinted is None else hinted
 
 
 __all__ = ["Endpoint", "RemoteAPIError"]

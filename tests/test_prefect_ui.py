@@ -37,7 +37,7 @@ from patronus_tasks import (
 )
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.prefect.ui.artifacts import artifact_key, summary_rows
-from patronus_tasks.prefect.ui.cells import table_chars
+from patronus_tasks.report.cells import table_chars
 from patronus_tasks.results.compare import compare_experiments
 
 from .waits import task_runs_with_states

@@ -28,11 +28,9 @@ from prefect.client.orchestration import PrefectClient
 from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks.exceptions import ExperimentError
-from patronus_tasks.prefect import internal, settings
+from patronus_tasks.prefect import flowruns, internal, settings
 from patronus_tasks.prefect.clients import get_client
-from patronus_tasks.prefect.recorder import flowruns
-from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
-from patronus_tasks.prefect.recorder.protocol import (
+from patronus_tasks.prefect.protocol import (
     CallItem,
     Closing,
     FromRecorder,
@@ -40,6 +38,7 @@ from patronus_tasks.prefect.recorder.protocol import (
     Progress,
     ToRecorder,
 )
+from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
 from patronus_tasks.prefect.recorder.taskruns import MAX_BUFFERED_BYTES, Limits, TaskRunRecorder
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.prefect.ui.progress import ProgressArtifact

@@ -35,8 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from patronus_tasks.prefect import settings
 from patronus_tasks.prefect.events import Call, State
-from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
-from patronus_tasks.prefect.recorder.protocol import (
+from patronus_tasks.prefect.protocol import (
     CallItem,
     Closing,
     FromRecorder,
@@ -45,12 +44,13 @@ from patronus_tasks.prefect.recorder.protocol import (
     Progress,
     ToRecorder,
 )
+from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.run import background as _background
 
 if TYPE_CHECKING:
-    from patronus_tasks.run.execute import RunTotals
+    from patronus_tasks.run.loop import RunTotals
 
 logger = logging.getLogger("patronus_tasks.records")
 #: Calls waiting to be sent to the recorder process, at most: past it, rows wait.

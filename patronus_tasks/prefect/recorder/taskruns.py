@@ -36,11 +36,11 @@ import httpx
 from prefect.client.orchestration import PrefectClient
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
+from patronus_tasks.http import Pace, RateLimited
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.clients import get_client
 from patronus_tasks.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.prefect.recorder.backlog import Backlog, still_needed
-from patronus_tasks.prefect.recorder.pace import Pace, RateLimited
 from patronus_tasks.prefect.settings import STALL_SECONDS
 from patronus_tasks.run import background as _background
 

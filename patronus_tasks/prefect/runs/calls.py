@@ -19,7 +19,7 @@ from patronus_tasks.prefect.events import (
     now,
     task_run_id,
 )
-from patronus_tasks.prefect.recorder.protocol import RecordMode
+from patronus_tasks.prefect.protocol import RecordMode
 from patronus_tasks.prefect.runs import steplogs as _steplogs
 from patronus_tasks.prefect.ui.display import (
     call_inputs,

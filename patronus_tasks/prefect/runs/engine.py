@@ -15,9 +15,10 @@ from prefect.logging import get_run_logger
 from prefect.states import State
 
 from patronus_tasks.exceptions import QualityGateError
+from patronus_tasks.execute.run import run_kept
+from patronus_tasks.prefect import flowruns
 from patronus_tasks.prefect.clients import get_client
-from patronus_tasks.prefect.recorder import flowruns
-from patronus_tasks.prefect.recorder.protocol import Closing, Opening, ParentRun
+from patronus_tasks.prefect.protocol import Closing, Opening, ParentRun
 from patronus_tasks.prefect.runs import flow as _runs
 from patronus_tasks.prefect.runs.opening import opening
 from patronus_tasks.prefect.runs.taskrunner import OnTaskRunner
@@ -25,7 +26,6 @@ from patronus_tasks.prefect.ui import postrun
 from patronus_tasks.prefect.ui.artifacts import Target
 from patronus_tasks.record.manifest_file import note_verdict
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.spec import ExperimentSpec
 
 

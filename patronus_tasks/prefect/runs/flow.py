@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from prefect import flow
@@ -17,10 +14,8 @@ from prefect.task_runners import TaskRunner
 
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.clients import get_client
-from patronus_tasks.prefect.recorder.backlog import count_task_runs_by_id
 
 T = TypeVar("T")
-logger = logging.getLogger("patronus_tasks")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 
 
@@ -69,42 +64,3 @@ async def count_task_runs(flow_run_id: str, client: PrefectClient | None = None)
         async with get_client() as client:
             return await count_task_runs(flow_run_id, client)
     return await internal.count_task_runs(client, body)
-
-
-async def _timed_count(flow_run_id: str, client: PrefectClient) -> tuple[int, float]:
-    start = time.monotonic()
-    return await count_task_runs(flow_run_id, client), time.monotonic() - start
-
-
-async def _until_exist(client: PrefectClient, task_run_ids: list[str], deadline: float) -> None:
-    """Wait until these task runs exist, or ``deadline``: looked up by id, cheap to ask
-    often whatever the flow run's size (counting it is not, see below)."""
-    while task_run_ids and time.monotonic() < deadline:
-        if await count_task_runs_by_id(client, task_run_ids) >= len(task_run_ids):
-            return
-        await asyncio.sleep(0.25)
-
-
-async def wait_until_recorded(flow_run_id: str, expected: int, timeout: float = 60.0,
-                              last: Sequence[str] = ()) -> int:
-    """Wait until the server has recorded ``expected`` task runs, or ``timeout`` passes.
-
-    The server records task runs from events a few seconds after they happen; returning
-    (and so perhaps stopping the built-in server) before that would lose them. ``last``:
-    each recorder's `TaskRunRecorder.last_task_run_id`; waiting for those first spares
-    counting the flow run over and over.
-    """
-    deadline = time.monotonic() + timeout
-    async with get_client() as client:  # one client: each new one loads the CA bundle again
-        await _until_exist(client, list(last), deadline)
-        seen, took = await _timed_count(flow_run_id, client)
-        while seen < expected and time.monotonic() < deadline:
-            # The count grows with the flow run (0.1 s at 100,000 task runs on a busy
-            # server): asked back to back, it would slow the recording it waits for.
-            await asyncio.sleep(max(0.5, 10 * took))
-            seen, took = await _timed_count(flow_run_id, client)
-    if seen < expected:
-        logger.warning("Prefect has recorded %d of this experiment's %d task runs after %.0f s; "
-                       "the rest may still come, or be lost (see the server's log)",
-                       seen, expected, timeout)
-    return seen

@@ -12,7 +12,7 @@ import sys
 import uuid
 from typing import Any
 
-from patronus_tasks.prefect.recorder.protocol import Opening, ParentRun
+from patronus_tasks.prefect.protocol import Opening, ParentRun
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.run.spec import ExperimentSpec
 

@@ -12,14 +12,14 @@ import asyncio
 import logging
 import sys
 
-from patronus_tasks.prefect.recorder.protocol import Closing, ParentRun
+from patronus_tasks.execute.run import run_kept
+from patronus_tasks.prefect.protocol import Closing, ParentRun
 from patronus_tasks.prefect.recorder.recording import Recording, open_recording
 from patronus_tasks.prefect.runs.calls import Recorded
 from patronus_tasks.prefect.runs.opening import opening, parent_run
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.execute import run_kept
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 

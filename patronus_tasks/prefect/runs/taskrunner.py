@@ -28,10 +28,10 @@ from prefect.context import TaskRunContext
 from patronus_tasks.define.dataset import Dataset
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.prefect import internal, settings
-from patronus_tasks.prefect.recorder.kept import kept_calls, send_missing
 from patronus_tasks.prefect.recorder.taskruns import TaskRunRecorder
 from patronus_tasks.prefect.runs import flow as _runs
 from patronus_tasks.prefect.runs.calls import Recorded
+from patronus_tasks.prefect.runs.kept import kept_calls, send_missing
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.records import Record
 from patronus_tasks.record.resume import Replay, UnitKey

@@ -1,5 +1,5 @@
 """What the Prefect UI shows of an experiment: the artifacts (summary, rows, comparison,
-calibration), their charts and the series across nights, links, table cells, artifact
+calibration), their charts and the series across nights, links, artifact
 keys, the progress artifact, and the states a recorded call is shown in (`display`);
 `postrun` publishes them once the rows are done.
 

@@ -27,11 +27,11 @@ from prefect.client.schemas.sorting import ArtifactSort
 
 from patronus_tasks.prefect.events import namespace_of, task_run_id
 from patronus_tasks.prefect.ui import links as _links
-from patronus_tasks.prefect.ui.cells import markdown_table, num, pct
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.results import agreement as _agreement
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text

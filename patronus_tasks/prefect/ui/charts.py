@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import MarkdownArtifact
 
-from patronus_tasks.prefect.recorder.flowruns import add_tags
+from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.artifacts import (
     Target,
@@ -28,11 +28,11 @@ from patronus_tasks.prefect.ui.artifacts import (
     create,
     results_link,
 )
-from patronus_tasks.prefect.ui.cells import markdown_table
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run
+from patronus_tasks.report.cells import markdown_table
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary

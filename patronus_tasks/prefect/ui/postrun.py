@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from prefect.states import Completed, Failed, State
 
-from patronus_tasks.prefect.recorder.flowruns import add_tags
-from patronus_tasks.prefect.recorder.protocol import Closing, Opening
+from patronus_tasks.prefect.flowruns import add_tags
+from patronus_tasks.prefect.protocol import Closing, Opening
 from patronus_tasks.prefect.ui import artifacts as _artifacts
 from patronus_tasks.prefect.ui import series as _series
 from patronus_tasks.prefect.ui.charts import publish_charts, publish_to_parent

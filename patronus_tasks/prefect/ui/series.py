@@ -17,8 +17,8 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 
 from patronus_tasks.prefect.ui import links as _links
-from patronus_tasks.prefect.ui.cells import markdown_table, num, pct
 from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary

@@ -18,7 +18,7 @@ from prefect.client.schemas.actions import FlowRunCreate, StateCreate, TaskRunCr
 from prefect.client.schemas.objects import StateType
 
 from patronus_tasks.prefect import internal
-from patronus_tasks.prefect.recorder.protocol import Opening, ParentRun
+from patronus_tasks.prefect.protocol import Opening, ParentRun
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
