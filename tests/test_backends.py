@@ -196,8 +196,8 @@ class _Collect:
     async def add(self, records: list[Any]) -> None:
         self.records += records
 
-    async def finish(self) -> dict[str, Any]:
-        return {"records": len(self.records)}
+    async def finish(self, manifest: Any) -> dict[str, Any]:
+        return {"records": len(self.records), "status": manifest.status}
 
     def cancel(self) -> None:
         pass
@@ -220,7 +220,8 @@ def test_any_prefect_task_runner_runs_the_rows_and_shows_them_as_batches_end(
     assert exp.to_dataframe()["pass"].tolist() == [True] * 6
     assert progress[-1] == (6, 6) and len(progress) == 6
     assert sorted(int(r.sid) for r in reporter.records) == list(range(1, 7))
-    assert exp.manifest["rows"] == 6 and exp.manifest["reports"]["collect"]["records"] == 6
+    assert exp.manifest["rows"] == 6 and exp.manifest["reports"]["collect"] == {
+        "records": 6, "status": "completed"}  # finish() is given the run's manifest
     assert exp.wait_recorded(60)
     names = set(asyncio.run(_task_runs(exp.manifest["flow_run_id"])))
     assert names == {f"{step}-{i}" for step in ("where", "said_row") for i in range(1, 7)}

@@ -10,7 +10,6 @@ import datetime as dt
 import functools
 import subprocess
 import sys
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from patronus_tasks._version import __version__
@@ -25,13 +24,13 @@ from patronus_tasks.record.manifest import (
     RunStatus,
 )
 from patronus_tasks.record.manifest_file import ManifestFile
-from patronus_tasks.record.records import Record
+from patronus_tasks.record.recorder import Recorder
 from patronus_tasks.results.gates import error_gate, failed_gates, failed_metric_gates
 from patronus_tasks.results.metrics import evaluate_metrics
 from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.usage import USAGE_COLUMNS, total_cost, usage_totals
 from patronus_tasks.run import observers
-from patronus_tasks.run.loop import Backend, RecordStream, Rows, RunTotals, Watch
+from patronus_tasks.run.loop import Backend, RecordStream, Rows, RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -78,50 +77,38 @@ async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | Non
     replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
               else None)
     tally = tally or RunTotals()
-    stream = RecordStream(tally, _parquet.ParquetSink(spec.out_dir, spec.dataset.df),
-                          _watch(spec, tally))
+    stream = _stream(spec, tally)
     manifest_file = manifest_file or ManifestFile(spec.out_dir)
     manifest_file.write(_manifest(spec, tally, "running", started, flow_run_id))
-    for reporter in spec.reporters:
-        await reporter.start(spec)
+    for recorder in stream.recorders:
+        await recorder.start(spec)
     try:
         await _reuse(replay, stream)
         await backend.run(Rows(spec, replay), stream)
     except BaseException:
         # Interrupted: keep every completed row as a part, and say so.
-        for reporter in spec.reporters:
-            reporter.cancel()
-        stream.sink.flush()
+        for recorder in stream.recorders:
+            recorder.cancel()
         manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
         raise
-    manifest = _manifest(spec, tally, "completed", started, flow_run_id)
-    stream.sink.finalize(manifest.to_json(), _parquet.RowOrder(
-        [str(s) for s in spec.dataset.df["sid"]], spec.chain_order()))
+    await stream.sink.finish(_manifest(spec, tally, "completed", started, flow_run_id))
     _resume.finish(spec.out_dir)
-    manifest = _with_figures(spec, manifest, tally)
+    manifest = _with_figures(spec, _manifest(spec, tally, "completed", started, flow_run_id), tally)
     manifest_file.write(manifest)
     if spec.reporters:  # after the results are written: they never wait for a reporter
-        manifest = manifest.model_copy(update={"reports": await _finish_reports(spec)})
+        manifest = manifest.model_copy(update={"reports": await _finish_reports(spec, manifest)})
         manifest_file.write(manifest)
     return manifest, tally.calls
 
 
-def _watch(spec: ExperimentSpec, tally: RunTotals) -> Watch | None:
-    """What each row's records are shown to: the progress, the observers, the reporters
-    (None when nobody watches)."""
-    watching = observers.current()
-    if spec.on_progress is None and not watching and not spec.reporters:
-        return None
-
-    def watch(records: list[Record]) -> Coroutine[Any, Any, None] | None:
-        if spec.on_progress is not None:
-            spec.on_progress(tally.rows, spec.runs)
-        for observer in watching:
-            if observer.on_row is not None:
-                observer.on_row(spec, tally.rows)
-        return _report(spec, records) if spec.reporters else None
-
-    return watch
+def _stream(spec: ExperimentSpec, tally: RunTotals) -> RecordStream:
+    """The run's recorders: the totals, the results, and who watches the rows end (the
+    progress and observers, when any; the reporters)."""
+    order = _parquet.RowOrder([str(s) for s in spec.dataset.df["sid"]], spec.chain_order())
+    sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df, order=order)
+    progress = observers.Progress(spec, tally, spec.on_progress, spec.runs)
+    watchers: list[Recorder] = [progress] if progress.wanted else []
+    return RecordStream(tally, sink, [*watchers, *spec.reporters])
 
 
 async def _reuse(replay: _resume.Replay | None, stream: RecordStream) -> None:
@@ -147,14 +134,9 @@ def _with_figures(spec: ExperimentSpec, manifest: Manifest, tally: RunTotals) ->
     return manifest.model_copy(update=update)
 
 
-async def _report(spec: ExperimentSpec, records: list[Record]) -> None:
-    for reporter in spec.reporters:
-        await reporter.add(records)
-
-
-async def _finish_reports(spec: ExperimentSpec) -> dict[str, Any]:
+async def _finish_reports(spec: ExperimentSpec, manifest: Manifest) -> dict[str, Any]:
     """Each reporter's outcome, for the manifest."""
-    return {reporter.name: await reporter.finish() for reporter in spec.reporters}
+    return {reporter.name: await reporter.finish(manifest) for reporter in spec.reporters}
 
 
 def gate_failures(spec: ExperimentSpec, experiment: Experiment,

@@ -24,7 +24,8 @@ from patronus_tasks.patronus.evaluators import context_list
 from patronus_tasks.record.records import STATUS_OK, Record
 
 if TYPE_CHECKING:
-    from patronus_tasks.run.observers import RunFacts
+    from patronus_tasks.record.manifest import Manifest
+    from patronus_tasks.record.recorder import RunFacts
 
 logger = logging.getLogger("patronus_tasks.patronus")
 
@@ -92,7 +93,7 @@ class PatronusReporter:
         if len(self.errors) < 5:  # the first few say enough
             self.errors.append(self.endpoint.redact(error))
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self, manifest: Manifest | None = None) -> dict[str, Any]:
         if self._queue is not None:
             await self._queue.join()  # every result sent, or counted as failed
         self.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -14,6 +15,11 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, PrefectRecords, VerdictNote
+
+#: Seconds between writes of the manifest for Prefect's task-run counts alone (each write
+#: is the whole file, and on object storage a request): the flow run, the verdict and
+#: the end are written at once.
+PROGRESS_EVERY = 5.0
 
 
 class RecordsProgress(Protocol):
@@ -76,6 +82,7 @@ class ManifestFile:
         self.path = Location.of(out_dir) / _parquet.MANIFEST_FILE
         self.current: Manifest | None = None
         self._noted = _Noted()  # what the recording said: flow run, series, task runs
+        self._saved_at = 0.0
 
     def write(self, manifest: Manifest) -> Manifest:
         """``manifest`` written, with what the recording said (where it says nothing)."""
@@ -85,15 +92,25 @@ class ManifestFile:
             return self.current
 
     def note_records(self, progress: RecordsProgress) -> None:
-        """The flow run, and how many task runs Prefect holds (a recording's progress)."""
+        """The flow run, and how many task runs Prefect holds (a recording's progress):
+        written at once when the flow run, the verdict or the end is new, else (counts
+        only) at most every `PROGRESS_EVERY` seconds."""
         with self._lock:
             self._noted.hear(progress)
             if self.current is None:
                 return
-            ours = self._still_ours(self.current)  # before the change: it compares with the file
-            self.current = self._noted.onto(self.current, over=True)
+            before, after = self.current, self._noted.onto(self.current, over=True)
+            if after == before:
+                return
+            news = (after.flow_run_id, after.verdict, progress.ended) != (
+                before.flow_run_id, before.verdict, False)
+            if not news and time.monotonic() - self._saved_at < PROGRESS_EVERY:
+                self.current = after  # shown by `Experiment.manifest`; on disk with the next
+                return
+            ours = self._still_ours(before)  # before the change: it compares with the file
+            self.current = after
             if ours:
-                self._save(self.current)
+                self._save(after)
 
     def _still_ours(self, current: Manifest) -> bool:
         """Whether the file is still this run's: a later run in the same folder (resume,
@@ -105,6 +122,7 @@ class ManifestFile:
         return bool(on_disk.get("started_at") == current.started_at)
 
     def _save(self, manifest: Manifest) -> None:
+        self._saved_at = time.monotonic()
         self.path.write_bytes(json.dumps(manifest.to_json(), indent=2, default=str).encode())
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 import pandas as pd
@@ -32,6 +32,10 @@ import pyarrow.parquet as pq
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
+
+if TYPE_CHECKING:
+    from patronus_tasks.record.manifest import Manifest
+    from patronus_tasks.record.recorder import RunFacts
 
 RESULTS_FILE = "results.parquet"
 PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see record/resume.py)
@@ -112,13 +116,18 @@ class RowOrder:
 
 
 class ParquetSink:
-    """Buffers records and writes them as Parquet part files, then one final file."""
+    """The `Recorder` of the results: buffers records and writes them as Parquet part
+    files (each row journalled first), then, at ``finish``, one final file in ``order``."""
+
+    name = "results"
 
     def __init__(self, out_dir: Path | Location, df: pd.DataFrame | None = None, *,
                  columns: tuple[pa.Schema, frozenset[str]] | None = None, prefix: str = "",
-                 batch_rows: int = 2000, flush_seconds: float = 2.0) -> None:
+                 batch_rows: int = 2000, flush_seconds: float = 2.0,
+                 order: RowOrder | None = None) -> None:
         """Write under ``out_dir/parts``; the dataset's columns come from ``df`` or ``columns``
         (`dataset_schema` of it). Writers in other processes use their own ``prefix``."""
+        self.order = order
         assert df is not None or columns is not None
         extra, self._text_columns = columns if columns is not None else dataset_schema(df)
         self.schema = pa.unify_schemas([FIXED_SCHEMA, extra])
@@ -138,6 +147,17 @@ class ParquetSink:
 
     def _part_name(self) -> str:
         return f"{self._stem}{self._part_count:06d}"
+
+    async def start(self, run: RunFacts) -> None:
+        return None
+
+    async def finish(self, manifest: Manifest) -> None:
+        """The results file, the manifest in its metadata; the parts gone."""
+        self.finalize(manifest.to_json(), self.order)
+
+    def cancel(self) -> None:
+        """Interrupted: every row given so far is kept, as a part."""
+        self.flush()
 
     def add(self, records: list[Record]) -> None:
         """Journal one row's records at once; write a part when the batch is full or old."""

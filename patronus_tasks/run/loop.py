@@ -12,25 +12,28 @@ where each batch is an `InProcess` loop of its own.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from patronus_tasks.record.parquet import ParquetSink
+from patronus_tasks.record.recorder import Recorder, RunFacts
 from patronus_tasks.record.records import STATUS_ERROR, Record
 from patronus_tasks.record.resume import Replay
 from patronus_tasks.run.runner import RowRunner, StepRunner, Unit, run_rows, units
 from patronus_tasks.run.spec import ExperimentSpec
 from patronus_tasks.run.threads import DaemonThreadPool
 
-#: Who watches each row's records (progress, observers, reporters); it may make the row wait.
-Watch = Callable[[list[Record]], Awaitable[None] | None]
-
+if TYPE_CHECKING:
+    from patronus_tasks.record.manifest import Manifest
 
 @dataclass
 class RunTotals:
     """Rows, records and errors counted as records stream past (the manifest's figures,
-    the progress); the totals of loops run elsewhere (batches) add up with ``+=``."""
+    the progress): a `Recorder`; the totals of loops run elsewhere (batches) add up with
+    ``+=``."""
+
+    name = "totals"
 
     rows: int = 0
     records: int = 0
@@ -50,6 +53,15 @@ class RunTotals:
         evaluator = sum(r.error_stage == "evaluator" for r in errors)
         self.evaluator_errors += evaluator
         self.task_errors += len(errors) - evaluator
+
+    async def start(self, run: RunFacts) -> None:
+        return None
+
+    async def finish(self, manifest: Manifest) -> None:
+        return None
+
+    def cancel(self) -> None:
+        return None
 
     def __iadd__(self, other: RunTotals) -> RunTotals:
         for name in ("rows", "records", "task_errors", "evaluator_errors", "errored_rows",
@@ -74,11 +86,13 @@ class Rows:
 
 
 class RecordStream:
-    """Where each row's records go as it finishes: counted in ``totals``, written to
-    ``sink`` (Parquet parts), shown to ``watch``."""
+    """Where each row's records go as it finishes, to the run's `Recorder`s: counted in
+    ``totals``, written to ``sink`` (Parquet parts), shown to the ``watchers`` (the
+    progress, the reporters), whom the row may wait for."""
 
-    def __init__(self, totals: RunTotals, sink: ParquetSink, watch: Watch | None = None) -> None:
-        self.totals, self.sink, self.watch = totals, sink, watch
+    def __init__(self, totals: RunTotals, sink: ParquetSink,
+                 watchers: Sequence[Recorder] = ()) -> None:
+        self.totals, self.sink, self.watchers = totals, sink, tuple(watchers)
 
     def add(self, records: list[Record]) -> Awaitable[None] | None:
         self.totals.add(records)
@@ -86,8 +100,18 @@ class RecordStream:
         return self.show(records)
 
     def show(self, records: list[Record]) -> Awaitable[None] | None:
-        """Show a row's records to the watcher only (a worker counted and wrote them)."""
-        return None if self.watch is None else self.watch(records)
+        """Show a row's records to the watchers only (a worker counted and wrote them)."""
+        pending = [p for p in (w.add(records) for w in self.watchers) if p is not None]
+        return None if not pending else _each(pending)
+
+    @property
+    def recorders(self) -> tuple[Recorder, ...]:
+        return (self.totals, self.sink, *self.watchers)
+
+
+async def _each(pending: list[Awaitable[None]]) -> None:
+    for awaitable in pending:  # in order: a reporter's queue keeps the rows' order
+        await awaitable
 
 
 async def row_loop(rows: Rows, steps: StepRunner, stream: RecordStream) -> None:

@@ -1,7 +1,8 @@
 """Who watches experiments run: a progress callback per run, or observers for a block.
 
-A caller running one experiment passes ``on_progress`` (an option), and ``reporters``
-(an option: `Reporter`s sending the records elsewhere too). A caller that runs
+A caller running one experiment passes ``on_progress`` (an option; `Progress` is the
+`Recorder` that calls it), and ``reporters`` (an option: `Recorder`s sending the records
+elsewhere too). A caller that runs
 code which runs experiments it does not call itself (the command line running a user's
 flow) observes them for the span of that code with `observing`: scoped to its context,
 never set process-wide.
@@ -13,28 +14,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from patronus_tasks.record.recorder import Recorder, RunFacts
 
 if TYPE_CHECKING:
-    from patronus_tasks.define.dataset import Dataset
+    from patronus_tasks.record.manifest import Manifest
     from patronus_tasks.record.records import Record
     from patronus_tasks.results.experiment import Experiment
-
-
-class RunFacts(Protocol):
-    """What observers and reporters read of the experiment running (its `ExperimentSpec`,
-    which imports this module: hence a protocol)."""
-
-    @property
-    def project_name(self) -> str: ...
-    @property
-    def experiment_name(self) -> str: ...
-    @property
-    def experiment_id(self) -> str: ...
-    @property
-    def tags(self) -> dict[str, str]: ...
-    @property
-    def dataset(self) -> Dataset: ...
 
 
 @dataclass(frozen=True)
@@ -62,22 +49,42 @@ def current() -> tuple[Observers, ...]:
     return _CURRENT.get()
 
 
-class Reporter(Protocol):
-    """Sends an experiment's records somewhere else as they come (the Patronus platform).
+#: A recorder that sends an experiment's records elsewhere as they come (``reporters=``).
+Reporter = Recorder
 
-    ``start`` runs before the first row (a failure there stops the experiment, like a
-    set-up mistake); ``add`` gets each row's records and may wait (a full queue holds the
-    rows back, nothing is dropped); ``finish`` runs after the results are written and
-    returns what the manifest keeps under ``reports[name]``; ``cancel`` stops it when the
-    run is interrupted. Its failures never fail the experiment: it counts them.
-    """
 
-    name: str
+class Progress:
+    """The `Recorder` of the progress callback (``on_progress``) and the observers' ``on_row``:
+    told of each row as it ends, with the rows done so far (``totals``'s count)."""
 
-    async def start(self, spec: RunFacts) -> None: ...
+    name = "progress"
 
-    async def add(self, records: list[Record]) -> None: ...
+    def __init__(self, run: RunFacts, totals: RunTotalsLike,
+                 on_progress: Callable[[int, int], None] | None, runs: int) -> None:
+        self.run, self.totals, self.on_progress, self.runs = run, totals, on_progress, runs
+        self.watching = current()
 
-    async def finish(self) -> dict[str, Any]: ...  # JSON: the manifest's ``reports[name]``
+    @property
+    def wanted(self) -> bool:
+        return self.on_progress is not None or any(o.on_row for o in self.watching)
 
-    def cancel(self) -> None: ...
+    async def start(self, run: RunFacts) -> None:
+        return None
+
+    def add(self, records: list[Record]) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.totals.rows, self.runs)
+        for observer in self.watching:
+            if observer.on_row is not None:
+                observer.on_row(self.run, self.totals.rows)
+
+    async def finish(self, manifest: Manifest) -> None:
+        return None
+
+    def cancel(self) -> None:
+        return None
+
+
+class RunTotalsLike(Protocol):
+    @property
+    def rows(self) -> int: ...

@@ -163,6 +163,10 @@ class TaskRunRecorder:
         self._closed = True
         self._poke()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _poke(self) -> None:
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
@@ -240,17 +244,19 @@ class TaskRunRecorder:
             # process exiting then would cut it off (on object storage, pyarrow's S3 ends
             # at exit and the write fails).
             self._ended = True
-            self._progress()
+            self.tell_progress()
             self._finished.set()
 
-    def _progress(self) -> None:
+    # -- what its poster (`_Poster`, on the background loop) uses --------------------------
+
+    def tell_progress(self) -> None:
         if self.on_progress is not None:
             try:
                 self.on_progress(self)
             except Exception as exc:
                 logger.warning("could not note Prefect's progress: %s", exc)
 
-    def _take(self, flush: bool) -> EventBatch | None:
+    def take(self, flush: bool) -> EventBatch | None:
         """The next batch to post: one to send again, else a full one (rows first), else,
         when ``flush``, a partly filled one."""
         with self._lock:
@@ -264,7 +270,7 @@ class TaskRunRecorder:
             self._buffered -= len(batch.data)
             return batch
 
-    def _put_back(self, batches: list[EventBatch]) -> None:
+    def put_back(self, batches: list[EventBatch]) -> None:
         """Post these first next time, oldest first: posted before, to be sent again, or
         taken and not posted, back where they waited."""
         with self._lock:
@@ -272,11 +278,23 @@ class TaskRunRecorder:
                 self._queues[_AGAIN if batch.posts else batch.queue].appendleft(batch)
                 self._buffered += len(batch.data)
 
-    def _take_logs(self) -> list[dict[str, Any]]:
+    def take_logs(self) -> list[dict[str, Any]]:
         with self._lock:
             return [self._logs.popleft() for _ in range(min(len(self._logs), _LOG_BATCH))]
 
-    def _outstanding(self) -> bool:
+    def put_back_logs(self, logs: list[dict[str, Any]]) -> None:
+        """Send these log records first next time (the server refused them for its rate)."""
+        with self._lock:
+            self._logs.extendleft(reversed(logs))
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Until something is pushed or closed (`_poke`), or ``timeout`` seconds."""
+        assert self._wake is not None, "posting starts in `_run`"
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    def outstanding(self) -> bool:
         """Events not yet recorded (waiting, or posted), or logs not yet sent."""
         with self._lock:
             waiting = any(self._queues) or bool(self._logs)
@@ -295,12 +313,9 @@ class _Poster:
 
     async def run(self) -> None:
         r = self.r
-        assert r._wake is not None
         await self._post()  # what waited for the flow run or the client goes at once
-        while not r._closed or r._outstanding():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(r._wake.wait(), _FLUSH_SECONDS)
-            r._wake.clear()
+        while not r.closed or r.outstanding():
+            await r.wait_for_work(_FLUSH_SECONDS)
             await self._post_logs()
             await self._check()
             await self._post()
@@ -310,20 +325,20 @@ class _Poster:
     async def _post(self) -> None:
         """Post what fits within the recorder's `max_ahead`."""
         r = self.r
-        while (batch := r._take(flush=True)) is not None:
+        while (batch := r.take(flush=True)) is not None:
             if r.backlog.posted and r.backlog.ahead() + batch.count > r.max_ahead:
-                r._put_back([batch])
+                r.put_back([batch])
                 return
             try:
                 sent = await self._send(batch)
             except RateLimited as limited:  # not taken: it goes again once the server allows
                 refused = [batch] if batch.posts or batch.count <= _MIN_SPLIT else [*batch.split()]
-                r._put_back(refused)
+                r.put_back(refused)
                 await self._wait_out(limited)
                 return
             if sent is False:
                 # Down, or restarting: a restarted server lost what it had queued.
-                r._put_back([*r.backlog.posted, batch])
+                r.put_back([*r.backlog.posted, batch])
                 r.backlog.posted.clear()
                 return
             r.backlog.add(batch)  # its answer lost too (None): the server is asked
@@ -375,7 +390,7 @@ class _Poster:
         if again:
             logger.warning("Prefect lost %d batches of task-run events; sending them again",
                            len(again))
-            r._put_back(again)
+            r.put_back(again)
         for batch in (b for b in lost if b.posts >= _MAX_POSTS):
             r.lost += batch.missing[0]
             r.backlog.recorded += batch.finals - batch.missing[0]
@@ -386,7 +401,7 @@ class _Poster:
 
     def _note_progress(self, now: float) -> None:
         r = self.r
-        if r.recorded > self.recorded or not r._outstanding():
+        if r.recorded > self.recorded or not r.outstanding():
             self.recorded, self.waiting_since = r.recorded, now
             self.stall_after, self.stalls = r.limits.stall_seconds, 0
         stalled = now - max(self.waiting_since, self.resent) > self.stall_after
@@ -395,13 +410,13 @@ class _Poster:
                            "sending them again", r.backlog.ahead(), now - self.waiting_since)
             for batch in r.backlog.posted:  # the first time as they were: see still_needed
                 batch.keep_ids = self.stalls == 0
-            r._put_back(list(r.backlog.posted))
+            r.put_back(list(r.backlog.posted))
             r.backlog.posted.clear()
             self.resent, self.stall_after = now, self.stall_after * 2
             self.stalls += 1
         if now - self.reported >= 2.0:
             self.reported = now
-            r._progress()
+            r.tell_progress()
 
     def _given_up(self) -> bool:
         r = self.r
@@ -414,7 +429,7 @@ class _Poster:
         return True
 
     async def _post_logs(self) -> None:
-        logs = self.r._take_logs()
+        logs = self.r.take_logs()
         if not logs:
             return
         try:
@@ -422,7 +437,7 @@ class _Poster:
         except Exception as exc:
             limited = RateLimited.of(exc)
             if limited is not None:  # they go again, once the server allows
-                self.r._logs.extendleft(reversed(logs))
+                self.r.put_back_logs(logs)
                 await self._wait_out(limited)
                 return
             self.r.logs_dropped += len(logs)

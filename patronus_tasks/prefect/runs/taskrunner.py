@@ -233,7 +233,7 @@ def _check(said: dict[str, Any], version: str) -> None:
 
 async def _show(batch: RowBatch, stream: RecordStream) -> None:
     """A batch's rows as its worker wrote them, to whoever watches."""
-    if stream.watch is None:
+    if not stream.watchers:
         return
     for records in _parquet.written_by(batch.rows.spec.out_dir, batch.prefix):
         pending = stream.show(records)
