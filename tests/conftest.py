@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,6 +79,19 @@ def pytest_sessionfinish() -> None:
     _SESSION.stop()
 
 
+@contextlib.contextmanager
+def _global_settings(settings: Any) -> Iterator[None]:
+    """Prefect's process-global settings context replaced while the block runs."""
+    import prefect.context
+
+    prior = prefect.context.GLOBAL_SETTINGS_CONTEXT
+    prefect.context.GLOBAL_SETTINGS_CONTEXT = settings
+    try:
+        yield
+    finally:
+        prefect.context.GLOBAL_SETTINGS_CONTEXT = prior
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[str]:
     """The session's real Prefect server (services on, a database of its own), as the
@@ -88,9 +103,8 @@ def prefect_server() -> Iterator[str]:
     with ExitStack() as stack:
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
         # Contexts copied before this one (threads Prefect started) see it too: what
-        # Prefect's own prefect_test_harness does, through the same private function.
-        stack.enter_context(prefect.context._temporary_global_settings_context(
-            prefect.context.get_settings_context()))
+        # Prefect's own prefect_test_harness does (3.9's private helper for it is not in 3.8).
+        stack.enter_context(_global_settings(prefect.context.get_settings_context()))
         os.environ["PREFECT_API_URL"] = url
         try:
             yield url

@@ -36,6 +36,52 @@ if TYPE_CHECKING:
 #: Prefect's server application; imported only to start a server (~3 s).
 SERVER_MODULE = "prefect.server.api.server"
 
+#: The Prefect releases this package supports, as pyproject.toml's dependency says
+#: (``>=3.8,<3.10``; tests/test_public_api.py holds them equal), and the ones CI tests:
+#: the contract tests on the lowest, the whole suite on the newest (.ci/run).
+SUPPORTED_PREFECT = ((3, 8), (3, 10))
+TESTED_PREFECT = ("3.8.0", "3.9.1")
+
+
+def prefect_outside_range(version: str) -> str | None:
+    """What to say of Prefect ``version`` when it is outside `SUPPORTED_PREFECT`, else None.
+
+    Accepted with a warning, not refused: nothing else of Prefect's may have changed for
+    this package, and the recorder counts what the server recorded, so a broken contract
+    shows as task runs reported lost, never as a silent pass.
+    """
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    low, high = SUPPORTED_PREFECT
+    if len(parts) == 2 and low <= parts < high:
+        return None
+    return (f"Prefect {version} is outside the releases patronus-tasks supports "
+            f"(>={low[0]}.{low[1]},<{high[0]}.{high[1]}; tested on {' and '.join(TESTED_PREFECT)}): "
+            "experiments run, but recording their calls as task runs relies on Prefect's "
+            "internal event format, which may have changed; install a supported one "
+            f"(pip install 'prefect>={low[0]}.{low[1]},<{high[0]}.{high[1]}') or a newer "
+            "patronus-tasks")
+
+
+def warn_outside_range() -> None:
+    """Warn once per process when the installed Prefect is outside the supported range."""
+    global _WARNED
+    if _WARNED:
+        return
+    _WARNED = True
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        said = prefect_outside_range(version("prefect"))
+    except PackageNotFoundError:
+        return
+    if said:
+        import warnings
+
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
+
+
+_WARNED = False
+
 
 #: Waits (seconds, each jittered by +-50%) before asking again after a busy database. A
 #: server on SQLite answers 503 without Retry-After when two writes meet ("database is

@@ -13,6 +13,7 @@ import logging
 import sys
 
 from patronus_tasks.execute.run import run_kept
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.protocol import Closing, ParentRun
 from patronus_tasks.prefect.recorder.recording import Recording, open_recording
 from patronus_tasks.prefect.runs.calls import Recorded
@@ -36,6 +37,7 @@ async def run_on_prefect(spec: ExperimentSpec) -> Experiment:
     interrupt (Ctrl-C, SIGTERM) keeps the completed rows and ends the flow run Cancelled.
     """
     server_hook.install()  # should this process start Prefect's built-in server, ours
+    internal.warn_outside_range()
     if spec.backend != "prefect":  # rows on a task runner: a flow run of Prefect's engine
         from patronus_tasks.prefect.runs.engine import run_on_task_runner
 
