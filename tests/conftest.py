@@ -42,8 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: out first (xdist's loadfile gives each worker whole modules, in the order of the items,
 #: three each to begin with), so that the short ones even out the end. The first three need
 #: no shared server: it migrates its new database meanwhile (~20 s).
-SLOWEST = ("test_main_job", "test_stack", "test_lint", "test_backends", "test_object_store",
-           "test_workers",
+SLOWEST = ("test_main_job", "test_stack", "test_lint", "test_backends", "test_rag_flow",
+           "test_object_store", "test_workers",
            "test_deployment", "test_recorder_restarts", "test_local_server", "test_results_first",
            "test_flows_http", "test_costs_repeats_metrics", "test_prefect_ui", "test_recorder",
            "test_rate_limits", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")

@@ -1,6 +1,7 @@
 """The public surface: a sorted ``__all__`` of names that exist, and nothing private."""
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,21 @@ def test_readme_documents_every_fixed_column() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for name, typ, meaning in COLUMNS:
         assert f"| `{name}` | {typ} | {meaning} |" in readme, name
+
+
+@pytest.mark.parametrize("face", ["patronus_tasks", "patronus_tasks.evaluators"])
+def test_a_lazy_face_names_the_modules_its_type_checking_imports_name(face: str) -> None:
+    """A face imports each name from its home on first use (`_HOMES`, module paths as
+    strings); its ``if TYPE_CHECKING:`` block says the same with import statements, which
+    the type checker and the import tools follow: the two must agree, name by name."""
+    import ast
+
+    module = importlib.import_module(face)
+    tree = ast.parse(Path(module.__file__ or "").read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If)
+                   and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    imported = {alias.name: node.module for node in guarded.body
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    homes = {name: f"patronus_tasks.{home}" for name, home in module._HOMES.items()}
+    assert imported == homes
+    assert set(homes) | {"__version__"} >= set(module.__all__) - {"__version__"}

@@ -21,7 +21,9 @@ the check is a yes/no one (score 1 or 0).
   (the row is *unscored*: out of pass rates, counted apart)
 - judge calibration (`calibration`): `calibrate`, `judge_agreement`
 
-Nothing here imports Prefect; each module, and the libraries beneath, on first use.
+May import: `define`, `results` (the agreement, a baseline's outputs), `http`, `openai`
+and the ground modules; `calibration` runs an experiment through `api`. Nothing here imports
+Prefect (pyproject's import contracts); each module, and the libraries beneath, on first use.
 """
 
 from __future__ import annotations

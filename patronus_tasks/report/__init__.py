@@ -1,5 +1,9 @@
-"""Looking at results: charts of a run and of a series, and one self-contained HTML page
-per experiment (`write_report`, ``patronus-tasks report``)."""
+"""Looking at results: charts of a run and of a series, figures and Markdown tables
+(`cells`), and one self-contained HTML page per experiment (`write_report`,
+``patronus-tasks report``).
+
+May import: `results`, `record`, `define` and the ground modules; no Prefect.
+"""
 
 from patronus_tasks.report.build import REPORT_FILE, build_report, write_report
 

@@ -1,4 +1,8 @@
-"""Reading results: an experiment's records and summary, past runs, comparisons."""
+"""Reading results: an experiment's records and summary, past runs, comparisons, gates,
+verdicts, usage, repeats and judge agreement.
+
+May import: `record`, `define` and the ground modules; no Prefect, nothing that runs rows.
+"""
 
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import ErrorInfo
