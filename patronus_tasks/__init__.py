@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
+    from patronus_tasks.tracing import init, traced
 
 #: Where each public name lives.
 _HOMES = {
@@ -56,7 +57,7 @@ _HOMES = {
                      "JudgeError", "PatronusTasksError", "QualityGateError", "RemoteAPIError",
                      "UnparseableResponseError"], "exceptions"),
     "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
-    "Summary": "results.summary",
+    "Summary": "results.summary", "init": "tracing", "traced": "tracing",
 }
 
 
@@ -75,7 +76,8 @@ def __dir__() -> list[str]:
 
 # What the Patronus SDK has at its top level, and the core. The rest lives in named
 # modules, each with its own __all__: patronus_tasks.results (reading, comparing, past
-# runs), .metrics (dataset-level evaluators), .prices, .openai, .http, .patronus, .prefect.
+# runs), .metrics (dataset-level evaluators), .prices, .openai, .http, .patronus, .prefect;
+# the SDK 0.1.x's API in .experiments, .evals and .datasets (`init` and `traced` here).
 __all__ = [
     "Cache",
     "Client",
@@ -103,6 +105,7 @@ __all__ = [
     "__version__",
     "arun_experiment",
     "evaluator",
+    "init",
     "load_dataset",
     "read_csv",
     "read_jsonl",
@@ -110,4 +113,5 @@ __all__ = [
     "simple_evaluator",
     "simple_task",
     "task",
+    "traced",
 ]

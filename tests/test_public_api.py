@@ -11,9 +11,21 @@ SURFACE = {
         "Experiment", "ExperimentError", "InvalidResultError", "JudgeError", "Link", "Parent",
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
         "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
-        "arun_experiment", "evaluator", "load_dataset", "read_csv", "read_jsonl",
-        "run_experiment", "simple_evaluator", "simple_task", "task",
+        "arun_experiment", "evaluator", "init", "load_dataset", "read_csv", "read_jsonl",
+        "run_experiment", "simple_evaluator", "simple_task", "task", "traced",
     },
+    # The Patronus SDK 0.1.x's modules, under the names its programs import them by.
+    "patronus_tasks.experiments": {
+        "BaseEvaluatorAdapter", "ChainLink", "Dataset", "EvalParent", "EvalsMap",
+        "EvaluatorAdapter", "Experiment", "FuncEvaluatorAdapter", "RemoteDatasetLoader", "Row",
+        "StructuredEvaluatorAdapter", "Tags", "TaskResult", "run_experiment",
+    },
+    "patronus_tasks.evals": {
+        "AsyncEvaluator", "AsyncRemoteEvaluator", "AsyncStructuredEvaluator", "EvaluationResult",
+        "Evaluator", "RemoteEvaluator", "StructuredEvaluator", "bundled_eval", "evaluator",
+    },
+    "patronus_tasks.datasets": {"Attachment", "Dataset", "DatasetLoader", "Fields",
+                                "RemoteDatasetLoader", "Row", "read_csv", "read_jsonl"},
     "patronus_tasks.results": {
         "Comparison", "ErrorInfo", "EvaluatorComparison", "EvaluatorStats", "Experiment",
         "MetricValue", "RepeatStats", "Summary", "UsageTotal", "compare_experiments",

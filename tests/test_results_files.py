@@ -62,7 +62,8 @@ def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> 
     assert ok == {
         "sid": "1", "link_index": 0, "repeat": None, "task_name": "answer",
         "evaluator_name": "palindrome",
-        "criteria": "is a palindrome", "status": "ok", "error_stage": None, "pass": True,
+        "criteria": "is a palindrome", "weight": None, "status": "ok", "error_stage": None,
+        "pass": True,
         "score": 1.0, "text_output": None, "explanation": "mirror",
         "evaluation_duration_s": 0.25, "task_duration_s": ok["task_duration_s"],
         "task_output": "abba", "task_metadata": '{"evaluated_model_name": "rev-1", "n": [1, 2]}',

@@ -219,7 +219,7 @@ def _check_field_names(fields: Mapping[str, Any]) -> None:
         )
 
 
-def _check_rows(rows: Sequence[Any]) -> None:
+def check_rows(rows: Sequence[Any]) -> None:
     """Every row of a list is a dict (a mapping of column to value); say which is not."""
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
@@ -244,7 +244,7 @@ def load_dataset(data: DataInput) -> Dataset:
     if isinstance(data, (str, Path)):
         return _load_file(data, None, None, {})
     if isinstance(data, Sequence):
-        _check_rows(data)
+        check_rows(data)
         return Dataset(pd.DataFrame.from_records([dict(cast(Mapping[str, Any], r)) for r in data]))
     raise DatasetError(
         f"data must be a list of dicts, a DataFrame, a Dataset or a file path, "

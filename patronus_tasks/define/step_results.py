@@ -80,6 +80,8 @@ class TaskResult(BaseModel):
     evaluated_model_provider: str | None = None
     evaluated_model_params: dict[str, Any] | None = None
     evaluated_model_selected_model: str | None = None
+    #: The context the task retrieved (a RAG task's passages), for the evaluators after it.
+    evaluated_model_retrieved_context: list[str] | str | None = None
     #: Model and tokens of the call(s) this task made, if it reports them.
     usage: Usage | None = None
 

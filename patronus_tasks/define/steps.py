@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, TypeVar, overload
 
 from patronus_tasks.define.inline import InlinePolicy
@@ -171,14 +173,31 @@ class Evaluator(Step):
     allowed = EVALUATOR_PARAMS
     method = "evaluate"
     criteria: str | None = None
+    #: Its share in a row's weighted score (the Patronus SDK 0.1.x's ``weight=``): None,
+    #: not in it.
+    weight: float | None = None
 
     def __init__(self, name: str | None = None, *, criteria: str | None = None, retries: int = 0,
                  retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
                  inline: bool | None = None, cache: bool | None = None,
-                 version: str | None = None) -> None:
+                 version: str | None = None, weight: float | str | None = None) -> None:
         self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline, cache, version)
         self.criteria = criteria if criteria is not None else type(self).criteria
+        self.weight = check_weight(weight, self.name) if weight is not None else type(self).weight
         _ = self.signature
+
+
+def check_weight(weight: float | str | Any, name: str) -> float:
+    """A weight as a number >= 0 (a str such as ``"0.3"`` is read as one); else a
+    `ConfigError` naming the evaluator."""
+    try:
+        value = float(Decimal(str(weight)))
+    except (InvalidOperation, ValueError):
+        value = -1.0
+    if isinstance(weight, bool) or not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"evaluator {name!r}: weight must be a number >= 0 (or its text, "
+                          f"e.g. '0.3'), not {weight!r}.")
+    return value
 
 
 class _FunctionStep:

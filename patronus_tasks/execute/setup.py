@@ -4,6 +4,7 @@ resolved (Prefect and prefect-dask looked for), an earlier run found to resume."
 from __future__ import annotations
 
 import datetime as dt
+import json
 import multiprocessing
 import sys
 from collections.abc import Mapping, Sequence
@@ -50,6 +51,18 @@ def _check_columns(links: Sequence[Link], dataset: Dataset) -> None:
                     f"{', '.join(sorted(columns))}. Add the column, map one onto it "
                     f"({missing[0]}_field= in read_csv/read_jsonl), or give the parameter a default."
                 )
+
+
+def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The experiment's metadata, which its manifest keeps as JSON."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise ConfigError(f"metadata must be a dict, not {type(metadata).__name__}.")
+    try:
+        return dict(json.loads(json.dumps(dict(metadata))))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"metadata must be JSON (str, numbers, lists, dicts): {exc}") from None
 
 
 def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
@@ -220,7 +233,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           html_report=bool(o["html_report"]), repeats=repeats,
                           cache=cache_setting(o["cache"]), results_root=root,
                           prices=PriceTable(o["prices"]), metrics=metrics,
-                          min_metrics=min_metrics)
+                          min_metrics=min_metrics, metadata=_check_metadata(o["metadata"]))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

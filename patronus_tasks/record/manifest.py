@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 MANIFEST_VERSION = 1
 #: Where the run is: ``running`` until it completed or was interrupted.
@@ -53,6 +53,15 @@ class DatasetInfo(_Model):
 class EvaluatorInfo(_Model):
     name: str
     criteria: str | None = None
+    weight: float | None = None  # its share in a row's weighted score (``weight=``)
+
+    @model_serializer(mode="wrap")
+    def _no_weight(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when given: most evaluators have none.
+        data: dict[str, Any] = handler(self)
+        if data.get("weight") is None:
+            data.pop("weight", None)
+        return data
 
 
 class LinkInfo(_Model):
@@ -141,11 +150,14 @@ class Manifest(_Model):
     reports: dict[str, dict[str, Any]] | None = None
     #: The verdict against the series' previous run, once Prefect's side said it.
     verdict: VerdictNote | None = None
+    #: The experiment's own facts (``metadata=``; the Patronus SDK 0.1.x's evaluator
+    #: weights are kept under ``evaluator_weights``).
+    metadata: dict[str, Any] | None = None
 
     def _omitted(self) -> set[str]:
         # The ``prefect`` block only once there is one; figures only once computed.
         return {name for name in ("prefect", "reports", "usage", "metrics", "calls",
-                                  "cached_calls", "cost_usd", "verdict")
+                                  "cached_calls", "cost_usd", "verdict", "metadata")
                 if getattr(self, name) is None}
 
     def to_json(self) -> dict[str, Any]:

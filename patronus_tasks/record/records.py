@@ -44,6 +44,8 @@ class Record:
         pa.string(), "evaluator name; null on a record with no evaluator run"))
     criteria: str | None = field(default=None, metadata=_column(
         pa.string(), "the evaluator's criteria, if any"))
+    weight: float | None = field(default=None, metadata=_column(
+        pa.float64(), "the evaluator's weight in the row's weighted score (`weight=`), if any"))
     status: str = field(default=STATUS_OK, metadata=_column(pa.string(),
         "`ok`, `skipped` (task or evaluator returned None) or `error`"))
     error_stage: str | None = field(default=None, metadata=_column(

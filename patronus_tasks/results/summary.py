@@ -25,6 +25,7 @@ from patronus_tasks.results.usage import (
     usage_headline,
     usage_totals,
 )
+from patronus_tasks.results.weights import mean_weighted_score
 
 _HIST_BINS = 5
 
@@ -73,6 +74,12 @@ class Summary:
     usage: list[UsageTotal] = field(default_factory=list)  # per step and model
     metrics: list[MetricValue] = field(default_factory=list)  # dataset-level
     runs: int = 0  # runs of rows: samples times repeats
+    #: With weighted evaluators (``weight=``): the mean of the rows' weighted scores
+    #: (`results.weights`), over how many rows, and how many had none (a weighted
+    #: evaluator without a score).
+    weighted_score: float | None = None
+    weighted_rows: int = 0
+    unweighted_rows: int = 0
 
     @property
     def cost_usd(self) -> float | None:
@@ -90,6 +97,8 @@ class Summary:
         many = self.links > 1
         parts = [_headline(s, many) for s in self.evaluators]
         parts += [_metric_headline(m) for m in self.metrics]
+        if self.weighted_score is not None or self.unweighted_rows:
+            parts.append(_weighted_headline(self))
         parts.append(f"task errors {self.task_errors}, evaluator errors {self.evaluator_errors}"
                      + (f", skipped rows {self.skipped_tasks}" if self.skipped_tasks else ""))
         usage = usage_headline(self.usage)
@@ -106,6 +115,8 @@ class Summary:
         for stats in self.evaluators:
             lines.extend(_format_stats(stats, histograms))
         lines.extend(_format_metrics(self.metrics))
+        if self.weighted_score is not None or self.unweighted_rows:
+            lines.append(_weighted_headline(self).capitalize())
         lines.extend(format_usage(self.usage))
         lines.append(
             f"Samples: {self.samples}   Task errors: {self.task_errors}   "
@@ -114,6 +125,12 @@ class Summary:
         if self.location:
             lines.append(f"Results: {self.location}")
         return "\n".join(lines)
+
+
+def _weighted_headline(s: Summary) -> str:
+    said = f"weighted score {_fmt(s.weighted_score)} over {s.weighted_rows} rows"
+    return said + (f" ({s.unweighted_rows} without: a weighted evaluator gave no score)"
+                   if s.unweighted_rows else "")
 
 
 def _headline(s: EvaluatorStats, with_link: bool) -> str:
@@ -171,7 +188,7 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
 
 #: The record columns `summarize` reads.
 SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name", "status",
-                   "error_stage", "error_type", "pass", "score", *USAGE_COLUMNS)
+                   "error_stage", "error_type", "pass", "score", "weight", *USAGE_COLUMNS)
 
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
@@ -187,6 +204,7 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
     tasks = df[df["task_name"].notna()].drop_duplicates(["sid", "repeat", "link_index"])
     task_errors = tasks[tasks["error_stage"] == "task"]
     skipped = tasks[(tasks["status"] == STATUS_SKIPPED) & tasks["evaluator_name"].isna()]
+    weighted, weighted_rows, unweighted_rows = mean_weighted_score(df)
     return Summary(
         evaluators=[_evaluator_stats(int(k[0]), str(k[1]), groups[k]) for k in keys],
         samples=int(df["sid"].nunique()),
@@ -199,6 +217,7 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
         usage=usage_totals(df),
         metrics=list(metrics),
         runs=len(df.drop_duplicates(["sid", "repeat"])) if len(df) else 0,
+        weighted_score=weighted, weighted_rows=weighted_rows, unweighted_rows=unweighted_rows,
     )
 
 

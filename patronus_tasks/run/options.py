@@ -78,6 +78,7 @@ class ExperimentOptions(TypedDict, total=False):
     # Dataset-level evaluators (`patronus_tasks.metrics`): `@metric`s or plain functions.
     metrics: Sequence[Metric | Callable[..., object]] | Metric | None
     min_metrics: Mapping[str, float] | None  # gates: {metric value name: minimum}
+    metadata: Mapping[str, Any] | None  # the experiment's own facts (JSON), in its manifest
 
 
 class RunOptions(ExperimentOptions, total=False):
@@ -94,7 +95,7 @@ DEFAULTS: dict[str, Any] = {
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
     "fail_on_regression": False, "dataset": None, "reporters": None, "record": "all",
     "html_report": True, "repeats": 1, "cache": None, "prices": None, "metrics": None,
-    "min_metrics": None, "regression_threshold": None,
+    "min_metrics": None, "regression_threshold": None, "metadata": None,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

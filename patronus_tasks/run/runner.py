@@ -181,6 +181,8 @@ def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
         values["evaluated_model_output"] = task_result.evaluated_model_output
         if task_result.evaluated_model_system_prompt is not None:
             values["evaluated_model_system_prompt"] = task_result.evaluated_model_system_prompt
+        if task_result.evaluated_model_retrieved_context is not None:  # what a RAG task found
+            values["evaluated_model_retrieved_context"] = task_result.evaluated_model_retrieved_context
     values.update(parent=parent, tags=dict(tags), task_result=task_result)
     return values  # no "row": built only for the steps asking for it
 
@@ -312,6 +314,7 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
         **head,
         "evaluator_name": ev.name,
         "criteria": ev.criteria,
+        "weight": ev.weight,
         "status": status,
         "evaluation_attempts": inv.attempts or None,
         **evaluation_fields(inv.value, inv.duration if inv.attempts else None, inv.paid()),
