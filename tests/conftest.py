@@ -23,7 +23,7 @@ def _needs_server(item: pytest.Item) -> bool:
     return "prefect_server" in names or "prefect_template_db" in names
 
 
-#: The recorder's stall in the suite (15 s by default): the shared server, loaded by three
+#: The recorder's stall in the suite (15 s by default): the shared server, loaded by four
 #: workers' tests, now and then drops a flush of task-run events; the first resend keeps
 #: the ids (what a restarted server needs) and the broker drops them as seen, the second
 #: goes under new ids. At 15 then 30 s that outlasted the tests' 60 s waits.
