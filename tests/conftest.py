@@ -38,21 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
         _SESSION.begin()
 
 
-#: The slowest modules, slowest first (20-90 s each on 2 cores, measured 2026-11-24): handed
-#: out first (xdist's loadfile gives each worker whole modules, in the order of the items,
-#: three each to begin with), so that the short ones even out the end. The first three need
-#: no shared server: it migrates its new database meanwhile (~20 s).
-SLOWEST = ("test_main_job", "test_stack", "test_lint", "test_backends", "test_rag_flow",
-           "test_object_store", "test_workers",
-           "test_deployment", "test_recorder_restarts", "test_local_server", "test_results_first",
-           "test_flows_http", "test_costs_repeats_metrics", "test_prefect_ui", "test_recorder",
-           "test_rate_limits", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")
+#: The slowest modules, slowest first (10-90 s each on 2 cores, measured 2026-11-26 with
+#: four test processes): handed out first (xdist's loadfile gives each worker whole
+#: modules, in the order of the items), so that the short ones even out the end. The
+#: first four need no shared server: it migrates its new database meanwhile (~20 s).
+#: test_hosts (six hosts' processes, niced) runs among them: last, it ran alone for ~35 s
+#: at the end of every run; beside the shared server's tests it slowed none past its limits.
+SLOWEST = ("test_main_job", "test_stack", "test_lint", "test_judges", "test_backends",
+           "test_results_first", "test_hosts", "test_object_store", "test_workers",
+           "test_local_server", "test_recorder_restarts", "test_flows_http", "test_deployment",
+           "test_rate_limits", "test_rag_flow", "test_costs_repeats_metrics", "test_prefect_ui",
+           "test_recorder", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")
 
 
-#: Handed out last: its six hosts' processes load 2 cores for ~30 s, and the shared
-#: server's tests beside them then waited past their limits (seen in whole-suite runs
-#: with it among the first; alone with three such tests, none did).
-LAST = ("test_hosts",)
+#: Handed out last (none now; see test_hosts above).
+LAST: tuple[str, ...] = ()
 
 
 def _rank(item: pytest.Item) -> tuple[int, bool]:

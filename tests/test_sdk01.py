@@ -388,3 +388,10 @@ def test_the_bundled_sdk01_flow_runs_with_patronus_tasks_run(prefect_server: str
     # one draft misses its resolution (t03 needs a reinstall).
     assert verdicts == {(0, "no_personal_data"): 2, (0, "resolves"): 5, (1, "no_personal_data"): 6}
     assert "Weighted score" in out.output
+
+
+def test_a_remote_evaluator_is_callable_on_its_own(pii_api: tuple[FakeServer, PiiAPI]) -> None:
+    result = RemoteEvaluator("pii").evaluate(task_input="contact?", task_output="a@b.example")
+    assert isinstance(result, EvaluationResult) and result.pass_ is False and result.score == 0.0
+    clean = asyncio.run(patronus.evals.AsyncRemoteEvaluator("pii").evaluate(task_output="none"))
+    assert clean.pass_ is True
