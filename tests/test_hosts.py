@@ -37,7 +37,7 @@ from .waits import until
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))]
 
-ROWS = 48
+ROWS = 32
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
