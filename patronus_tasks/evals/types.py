@@ -45,16 +45,12 @@ class EvaluationResult(BaseModel):
     @field_validator("score", mode="before")
     @classmethod
     def _one_number(cls, v: Any) -> Any:
-        if isinstance(v, np.ndarray) and v.size == 1:
-            return float(v.reshape(-1)[0])
-        return float(v) if isinstance(v, np.number) else v
+        return _unwrapped(v, float)
 
     @field_validator("pass_", mode="before")
     @classmethod
     def _one_bool(cls, v: Any) -> Any:
-        if isinstance(v, np.ndarray) and v.size == 1:
-            return bool(v.reshape(-1)[0])
-        return bool(v) if isinstance(v, np.bool_) else v
+        return _unwrapped(v, bool)
 
     def format(self) -> str:
         """The result as a few lines of text."""
@@ -76,6 +72,13 @@ class EvaluationResult(BaseModel):
         return cls(score=result.score_raw, pass_=result.pass_, text_output=result.text_output,
                    metadata=result.metadata, explanation=result.explanation, tags=result.tags,
                    evaluation_duration=result.evaluation_duration)
+
+
+def _unwrapped(value: Any, kind: type) -> Any:
+    """A numpy number, or an array of one, as the plain ``kind`` it holds."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return kind(value.reshape(-1)[0])
+    return kind(value) if isinstance(value, np.generic) else value
 
 
 def coerce(value: Any, evaluator_id: str) -> EvaluationResult:
