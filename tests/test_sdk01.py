@@ -346,11 +346,16 @@ def test_init_is_accepted_offline_and_traced_logs_each_step(
     def lookup(term: str) -> str:
         return term.upper()
 
+    seen: list[dict[str, str]] = []
+
     def task(row: Row, parent: Any, tags: dict[str, str]) -> str:
+        seen.append(tags)
         return lookup(row.task_input)
 
     with caplog.at_level("INFO", logger="patronus_tasks.traced"):
-        ex = run_experiment([{"task_input": "abc"}], task=task, **_local(results_dir))
+        ex = run_experiment([{"task_input": "abc", "tags": {"product": "x", "env": "row"}}],
+                            task=task, tags={"env": "ci"}, **_local(results_dir))
+    assert seen == [{"product": "x", "env": "ci"}]  # the row's tags, the experiment's over them
     assert ex.project["name"] == "from-init"
     assert ex.results.to_dataframe()["task_output"].tolist() == ["ABC"]
     assert re.search(r"lookup\(term='abc'\) \d\.\d{3} s -> 'ABC'", caplog.text), caplog.text

@@ -145,13 +145,21 @@ def task_step(fn: TaskFn) -> _steps.Task:
     options = {"name": name, "version": _code_hash(fn)}
     if inspect.iscoroutinefunction(fn):
         async def run_async(row: EngineRow, parent: Any, tags: dict[str, str]) -> Any:
-            return _task_result(await fn(row=Row(row), parent=EvalParent.of_engine(parent),
-                                         tags=tags), name)
+            view = Row(row)
+            return _task_result(await fn(row=view, parent=EvalParent.of_engine(parent),
+                                         tags=_tags(view, tags)), name)
         return _steps.FunctionTask(run_async, **options)
 
     def run(row: EngineRow, parent: Any, tags: dict[str, str]) -> Any:
-        return _task_result(fn(row=Row(row), parent=EvalParent.of_engine(parent), tags=tags), name)
+        view = Row(row)
+        return _task_result(fn(row=view, parent=EvalParent.of_engine(parent),
+                               tags=_tags(view, tags)), name)
     return _steps.FunctionTask(run, **options)
+
+
+def _tags(row: Row, experiment: dict[str, str]) -> dict[str, str]:
+    """A task's tags, as the SDK gives them: the row's ``tags``, the experiment's over them."""
+    return {**{str(k): str(v) for k, v in (row.tags or {}).items()}, **experiment}
 
 
 def _check_task_signature(fn: TaskFn) -> None:
