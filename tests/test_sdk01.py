@@ -400,3 +400,33 @@ def test_a_remote_evaluator_is_callable_on_its_own(pii_api: tuple[FakeServer, Pi
     assert isinstance(result, EvaluationResult) and result.pass_ is False and result.score == 0.0
     clean = asyncio.run(patronus.evals.AsyncRemoteEvaluator("pii").evaluate(task_output="none"))
     assert clean.pass_ is True
+
+
+def test_an_experiment_made_then_run_by_hand(results_dir: Path) -> None:
+    """The SDK's docs (advanced.md, "Manual Experiment Control"): ``await
+    Experiment.create(...)``, then ``await experiment.run()``, then ``to_csv``."""
+    from patronus_tasks.experiments import Experiment
+
+    async def main() -> Any:
+        made = await Experiment.create([{"task_input": "a", "task_output": "a", "gold_answer": "a"}],
+                                       evaluators=[FuncEvaluatorAdapter(iexact_match)],
+                                       **_local(results_dir))
+        with pytest.raises(RuntimeError, match="has not run yet"):
+            made.to_dataframe()
+        assert made.results is None  # created: nothing ran
+        return await made.run()
+    ex = asyncio.run(main())
+    ex.to_csv(results_dir / "results.csv")
+    assert pd.read_csv(results_dir / "results.csv")["eval.pass"].tolist() == [True]
+
+
+def test_the_experiments_own_api_key_and_url_serve_its_remote_evaluators(
+        pii_api: tuple[FakeServer, PiiAPI], monkeypatch: pytest.MonkeyPatch,
+        results_dir: Path) -> None:
+    server, _ = pii_api
+    monkeypatch.delenv("PATRONUS_API_KEY")
+    monkeypatch.setenv("PATRONUS_API_URL", "http://127.0.0.1:9")  # nothing there
+    ex = run_experiment(PII_ROWS[:1], evaluators=[RemoteEvaluator("pii")],
+                        api_key="pt-given-KEY-42", api_url=server.url, **_local(results_dir))
+    assert ex.to_dataframe()["eval.pass"].tolist() == [False]
+    assert {r.headers.get("x-api-key") for r in server.requests} == {"pt-given-KEY-42"}

@@ -140,15 +140,16 @@ class AsyncRemoteEvaluator(AsyncStructuredEvaluator):
     def get_criteria(self) -> str | None:
         return self.remote_criteria
 
-    def engine_evaluator(self, name: str) -> Any:
-        """This package's remote evaluator, named ``name``, on the configured endpoint."""
+    def engine_evaluator(self, name: str, endpoint: Any = None) -> Any:
+        """This package's remote evaluator, named ``name``, on ``endpoint`` (None: the
+        one `init` or the environment configures)."""
         from patronus_tasks.patronus.evaluators import RemoteEvaluator as Remote
         from patronus_tasks.tracing import patronus_endpoint_of_init
 
         return Remote(self.evaluator_id_or_alias, self.remote_criteria,
                       criteria_config=self.criteria_config, allow_update=self.allow_update,
                       explain_strategy=self.explain_strategy, name=name,
-                      endpoint=patronus_endpoint_of_init(self.max_attempts))
+                      endpoint=endpoint or patronus_endpoint_of_init(self.max_attempts))
 
     async def evaluate(self, *, system_prompt: str | None = None,  # type: ignore[override]
                        task_context: Any = None, task_attachments: Any = None,

@@ -183,13 +183,14 @@ def _version(adapter: BaseEvaluatorAdapter) -> str:
     return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
-def to_step(adapter: BaseEvaluatorAdapter) -> _steps.Evaluator:
+def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evaluator:
     """The adapter as this package's evaluator step, named `step_name` of its id and
-    criteria; a remote evaluator is this package's remote evaluator."""
+    criteria; a remote evaluator is this package's remote evaluator (on ``endpoint``:
+    the experiment's ``api_key=``/``api_url=``, else `init`'s or the environment's)."""
     name = step_name(adapter.evaluator_id, adapter.criteria)
     weight = adapter.weight
     if isinstance(adapter.evaluator, AsyncRemoteEvaluator):
-        remote = adapter.evaluator.engine_evaluator(name)
+        remote = adapter.evaluator.engine_evaluator(name, endpoint)
         remote.weight = None if weight is None else _steps.check_weight(weight, name)
         return remote
     options = {"name": name, "criteria": adapter.criteria, "weight": weight,

@@ -72,20 +72,22 @@ async def _arun(dataset: Any, task: TaskFn | None, evaluators: Sequence[Any] | N
                 chain: Sequence[ChainLink] | None, tags: Tags | None, max_concurrency: int,
                 project_name: str | None, experiment_name: str | None,
                 kwargs: dict[str, Any]) -> Experiment:
-    from patronus_tasks.api import arun_experiment
+    made = await Experiment.create(dataset, task, evaluators, chain, tags, max_concurrency,
+                                   project_name, experiment_name, **kwargs)
+    return await made.run()
 
-    options = {k: v for k, v in kwargs.items() if k not in _SDK_ONLY}
-    links = _links(task, evaluators, chain)
-    metadata = _with_weights(options.pop("metadata", None), links)
-    data = await _dataset_of(dataset)
-    project = project_name or default_project()
-    options.setdefault("print_summary", True)
-    results = await arun_experiment(
-        project, data=data, chain=[_engine_link(lk) for lk in links],  # type: ignore[misc]
-        tags=tags,
-        max_concurrency=max_concurrency, experiment_name=experiment_name,
-        metadata=metadata, **options)
-    return Experiment(results, project, tags or {}, metadata, data)
+
+def _endpoint(kwargs: Mapping[str, Any]) -> Any:
+    """The Patronus API given to this experiment (``api_key=``, ``api_url=``, over
+    `init`'s), if any: its remote evaluators use it."""
+    if kwargs.get("api_key") is None and kwargs.get("api_url") is None:
+        return None
+    from patronus_tasks.patronus import patronus_endpoint
+    from patronus_tasks.tracing import settings
+
+    given = settings()
+    return patronus_endpoint(kwargs.get("api_key") or given.api_key,
+                             kwargs.get("api_url") or given.api_url)
 
 
 def _links(task: TaskFn | None, evaluators: Sequence[Any] | None,
@@ -129,10 +131,11 @@ def _with_weights(metadata: Mapping[str, Any] | None,
         (metadata or {}).get("evaluator_weights") or {})}}
 
 
-def _engine_link(link: tuple[TaskFn | None, list[BaseEvaluatorAdapter]]) -> dict[str, Any]:
+def _engine_link(link: tuple[TaskFn | None, list[BaseEvaluatorAdapter]],
+                 endpoint: Any = None) -> dict[str, Any]:
     task, adapters = link
     return {"task": None if task is None else task_step(task),
-            "evaluators": [to_step(a) for a in adapters]}
+            "evaluators": [to_step(a, endpoint) for a in adapters]}
 
 
 def task_step(fn: TaskFn) -> _steps.Task:
@@ -213,21 +216,62 @@ async def _dataset_of(value: Any) -> Any:
 
 
 class Experiment:
-    """A finished experiment, as the SDK's: ``to_dataframe()``, ``to_csv()``, ``project``,
-    ``experiment``, ``dataset``, ``tags``, ``metadata``; and this package's results behind
-    it (``results``: `patronus_tasks.results.Experiment`, its summary, path, manifest)."""
+    """An experiment as the SDK's: made by `run_experiment`, or by ``await
+    Experiment.create(...)`` then ``await experiment.run()``; then ``to_dataframe()``,
+    ``to_csv()``, ``project``, ``experiment``, ``dataset``, ``tags``, ``metadata``, and this
+    package's results behind it (``results``: `patronus_tasks.results.Experiment`, its
+    summary, path, manifest)."""
 
-    def __init__(self, results: Results, project: str, tags: Tags,
-                 metadata: dict[str, Any] | None, dataset: Any) -> None:
-        self.results, self.tags, self.metadata, self.dataset = results, tags, metadata, dataset
-        manifest = results.manifest
-        self.project = {"id": None, "name": project}
+    def __init__(self, project: str, tags: Tags, metadata: dict[str, Any] | None,
+                 dataset: Any, run_options: dict[str, Any]) -> None:
+        self.tags, self.metadata, self.dataset = tags, metadata, dataset
+        self.project: dict[str, Any] = {"id": None, "name": project}
+        self._project_name = project
+        self.experiment: dict[str, Any] | None = None
+        self.results: Results | None = None
+        self._run_options = run_options
+
+    @classmethod
+    async def create(cls, dataset: Any, task: TaskFn | None = None,
+                     evaluators: Sequence[Any] | None = None,
+                     chain: Sequence[ChainLink] | None = None, tags: Tags | None = None,
+                     max_concurrency: int = 10, project_name: str | None = None,
+                     experiment_name: str | None = None, **kwargs: Any) -> Experiment:
+        """The experiment checked and its dataset loaded, not run yet (``await run()``)."""
+        options = {k: v for k, v in kwargs.items() if k not in _SDK_ONLY}
+        links = _links(task, evaluators, chain)
+        metadata = _with_weights(options.pop("metadata", None), links)
+        endpoint = _endpoint(kwargs)
+        options.setdefault("print_summary", True)
+        options.update(chain=[_engine_link(lk, endpoint) for lk in links], tags=tags,
+                       max_concurrency=max_concurrency, experiment_name=experiment_name,
+                       metadata=metadata)
+        return cls(project_name or default_project(), tags or {}, metadata,
+                   await _dataset_of(dataset), options)
+
+    async def run(self) -> Experiment:
+        """Run its rows (once); the experiment itself, finished."""
+        from patronus_tasks.api import arun_experiment
+
+        if self.results is not None:
+            raise RuntimeError("this experiment has run already: create another one")
+        self.results = await arun_experiment(self._project_name, data=self.dataset,
+                                             **self._run_options)
+        manifest = self.results.manifest
         self.experiment = {"project_id": None, "id": manifest["experiment_id"],
-                           "name": manifest["experiment_name"], "tags": tags,
-                           "metadata": metadata}
+                           "name": manifest["experiment_name"], "tags": self.tags,
+                           "metadata": self.metadata}
+        return self
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.results, name)
+        if name.startswith("_") or self.__dict__.get("results") is None:
+            raise AttributeError(name)
+        return getattr(self.__dict__["results"], name)
+
+    def _finished(self) -> Results:
+        if self.results is None:
+            raise RuntimeError("the experiment has not run yet: await experiment.run() first")
+        return self.results
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per evaluation, as the SDK's (``link_idx``, ``evaluator_id``,
@@ -235,8 +279,7 @@ class Experiment:
         failed and skipped calls (``status``, ``error_stage``, ``error_message``), the
         ``weight`` and the row's ``weighted_score``; then the dataset's columns, under the
         SDK's names."""
-        df = self.results.to_dataframe()
-        return _sdk_frame(df)
+        return _sdk_frame(self._finished().to_dataframe())
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> Any:
         return self.to_dataframe().to_csv(path_or_buf, **kwargs)
