@@ -266,11 +266,74 @@ def returns_nothing(row: Row, **kwargs: Any) -> None:
     return None
 
 
-def test_an_evaluator_returning_none_is_that_rows_error(results_dir: Path) -> None:
+def test_an_evaluator_returning_none_skips_the_row(results_dir: Path) -> None:
+    # The SDK's docs: "Skip the evaluation" (the SDK itself raised a TypeError).
     ex = run_experiment([{"task_input": "a", "task_output": "b"}],
                         evaluators=[FuncEvaluatorAdapter(returns_nothing)], **_local(results_dir))
     row = ex.to_dataframe().iloc[0]
-    assert row["status"] == "error" and "returned None" in row["error_message"]
+    assert row["status"] == "skipped" and pd.isna(row["eval.pass"])
+    assert ex.results.summary().evaluators[0].skipped == 1
+
+
+# docs/experiments/evaluators.md: a class evaluator that skips its base's __init__, a
+# function evaluator of the standard interface, one behind a custom adapter.
+class KeywordMatchEvaluator(StructuredEvaluator):
+    def __init__(self, keywords: list[str], threshold: float = 0.5) -> None:
+        self.keywords = [k.lower() for k in keywords]
+        self.threshold = threshold
+
+    def evaluate(self, *, task_input: Any = None, task_output: Any = None,
+                 gold_answer: Any = None, **kwargs: Any) -> EvaluationResult:
+        if not task_output:
+            return EvaluationResult(pass_=False, score=0.0, text_output="Missing output")
+        matches = sum(1 for kw in self.keywords if kw in task_output.lower())
+        score = matches / len(self.keywords) if self.keywords else 0
+        return EvaluationResult(score=score, pass_=score >= self.threshold,
+                                text_output=f"Found {matches}/{len(self.keywords)} keywords")
+
+
+@evaluator()
+def standard_evaluator(row: Row, task_result: TaskResult, parent: Any,
+                       **kwargs: Any) -> EvaluationResult | None:
+    if not task_result or not task_result.output:
+        return None
+    if row.gold_answer and row.gold_answer.lower() in task_result.output.lower():
+        return EvaluationResult(score=1.0, pass_=True, text_output="Contains answer")
+    return EvaluationResult(score=0.0, pass_=False, text_output="Missing answer")
+
+
+@evaluator()
+def exact_match(expected: str, actual: str, case_sensitive: bool = False) -> bool:
+    return expected == actual if case_sensitive else expected.lower() == actual.lower()
+
+
+class ExactMatchAdapter(FuncEvaluatorAdapter):
+    def __init__(self, case_sensitive: bool = False) -> None:
+        super().__init__(exact_match)
+        self.case_sensitive = case_sensitive
+
+    def transform(self, row: Row, task_result: TaskResult | None, parent: Any,
+                  **kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [], {"expected": row.gold_answer, "actual": task_result.output if task_result else "",
+                    "case_sensitive": self.case_sensitive}
+
+
+def test_the_docs_evaluators_combined(results_dir: Path) -> None:
+    def my_task(row: Row, parent: Any, tags: dict[str, str]) -> str | None:
+        return {"1": "Paris is clear and concise", "2": "paris", "3": None}[row.sid]
+
+    ex = run_experiment([{"task_input": "capital?", "gold_answer": "Paris"}] * 3, task=my_task,
+                        evaluators=[KeywordMatchEvaluator(["clear", "concise", "accurate", "helpful"]),
+                                    FuncEvaluatorAdapter(standard_evaluator),
+                                    ExactMatchAdapter(case_sensitive=False)],
+                        **_local(results_dir))
+    df = ex.to_dataframe()
+    got = {(r.sid, r.evaluator_id): r["eval.pass"] for _, r in df.iterrows() if r["status"] == "ok"}
+    assert got == {("1", "KeywordMatchEvaluator"): True, ("1", "standard_evaluator"): True,
+                   ("1", "exact_match"): False, ("2", "KeywordMatchEvaluator"): False,
+                   ("2", "standard_evaluator"): True, ("2", "exact_match"): True}
+    # Row 3's task returned None: its chain stopped there, said once, its evaluators not run.
+    assert df[df["sid"] == "3"]["status"].tolist() == ["skipped"]
 
 
 def test_bad_inputs_say_the_fix(results_dir: Path) -> None:

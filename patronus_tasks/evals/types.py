@@ -81,12 +81,12 @@ def _unwrapped(value: Any, kind: type) -> Any:
     return kind(value) if isinstance(value, np.generic) else value
 
 
-def coerce(value: Any, evaluator_id: str) -> EvaluationResult:
+def coerce(value: Any, evaluator_id: str) -> EvaluationResult | None:
     """What an ``@evaluator`` function returned, as the SDK reads it: an
     `EvaluationResult` as is, a bool a verdict (score 1 or 0), a number a score, a str a
-    text output. ``None`` is an error, as in the SDK's experiments (it means "no
-    evaluation"), which says the fix."""
-    if isinstance(value, EvaluationResult):
+    text output; ``None`` skips the row (as the SDK's docs say: "Skip the evaluation";
+    the SDK itself raised a TypeError), recorded as skipped, out of the pass rates."""
+    if value is None or isinstance(value, EvaluationResult):
         return value
     if isinstance(value, bool | np.bool_):
         return EvaluationResult(pass_=bool(value), score=float(value))
@@ -94,10 +94,6 @@ def coerce(value: Any, evaluator_id: str) -> EvaluationResult:
         return EvaluationResult(score=float(value))
     if isinstance(value, str):
         return EvaluationResult(text_output=value)
-    if value is None:
-        raise InvalidResultError(
-            f"evaluator {evaluator_id!r} returned None: in an experiment an evaluator gives a "
-            "verdict; return a bool, a number, a str or an EvaluationResult")
     raise InvalidResultError(
         f"evaluator {evaluator_id!r} returned {type(value).__name__}: return a bool, a number, "
-        "a str or an EvaluationResult")
+        "a str, an EvaluationResult, or None to skip the row")

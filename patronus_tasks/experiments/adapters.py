@@ -60,7 +60,7 @@ class BaseEvaluatorAdapter:
         raise NotImplementedError
 
     def evaluate(self, row: Row, task_result: TaskResult | None, parent: EvalParent | None,
-                 **kwargs: Any) -> EvaluationResult:
+                 **kwargs: Any) -> EvaluationResult | None:
         """One verdict, as the SDK's adapters give it (sync evaluators)."""
         return coerce(self.call(row, task_result, parent), self.evaluator_id)
 
@@ -198,13 +198,17 @@ def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evalu
     if adapter.is_async:
         async def judge_async(row: EngineRow, task_result: Any, parent: Any) -> Any:
             views = _views(row, task_result, parent)
-            return coerce(await adapter.call(*views), adapter.evaluator_id).to_engine()
+            return _engine(coerce(await adapter.call(*views), adapter.evaluator_id))
         return _steps.FunctionEvaluator(judge_async, **options)
 
     def judge(row: EngineRow, task_result: Any, parent: Any) -> Any:
-        return coerce(adapter.call(*_views(row, task_result, parent)),
-                      adapter.evaluator_id).to_engine()
+        return _engine(coerce(adapter.call(*_views(row, task_result, parent)),
+                              adapter.evaluator_id))
     return _steps.FunctionEvaluator(judge, **options)
+
+
+def _engine(result: EvaluationResult | None) -> Any:
+    return None if result is None else result.to_engine()
 
 
 def _views(row: EngineRow, task_result: Any, parent: Any
