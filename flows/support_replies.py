@@ -28,7 +28,7 @@ from patronus_tasks.experiments import (
     TaskResult,
     run_experiment,
 )
-from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server
+from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server, verdict_state
 
 HERE = Path(__file__).resolve().parent.parent
 PII = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|\b\d{3}-\d{3}-\d{4}\b|\bending \d{4}\b")
@@ -90,7 +90,7 @@ def support_replies(dataset: str = "datasets/support_tickets.jsonl",
                                               NoPersonalData(weight="0.5")]},
                {"task": redact, "evaluators": [NoPersonalData(weight="0.5")]}],
         results_dir=results_dir)
-    return experiment.results
+    return verdict_state(experiment.results)  # the run's verdict, as the UI shows it
 
 
 if __name__ == "__main__":
