@@ -67,12 +67,15 @@ def default_project() -> str:
     return settings().project_name or os.environ.get("PATRONUS_PROJECT_NAME") or "Global"
 
 
-def patronus_endpoint_of_init(max_attempts: int = 3) -> Endpoint:
-    """The Patronus API: `init`'s key and URL, else the environment's."""
+def patronus_endpoint_of_init(max_attempts: int = 3, api_key: str | None = None,
+                              api_url: str | None = None) -> Endpoint:
+    """The Patronus API: ``api_key`` / ``api_url`` where given, else `init`'s, else the
+    environment's."""
     from patronus_tasks.patronus import patronus_endpoint
 
     given = settings()
-    return patronus_endpoint(given.api_key, given.api_url, max_attempts=max_attempts)
+    return patronus_endpoint(api_key or given.api_key, api_url or given.api_url,
+                             max_attempts=max_attempts)
 
 
 def _shown(value: Any) -> str:

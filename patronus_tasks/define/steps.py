@@ -99,11 +99,7 @@ class Step:
             return self.version
         found: str | None = self.__dict__.get("_code_version")
         if found is None:
-            try:
-                code = inspect.getsource(self.fn)
-            except (OSError, TypeError):  # no source (a REPL, a C function): its name
-                code = getattr(self.fn, "__qualname__", type(self).__qualname__)
-            found = self.__dict__["_code_version"] = hashlib.sha256(code.encode()).hexdigest()[:16]
+            found = self.__dict__["_code_version"] = source_hash(self.fn, type(self).__qualname__)
         return found
 
     def cache_identity(self) -> dict[str, Any]:
@@ -185,6 +181,16 @@ class Evaluator(Step):
         self.criteria = criteria if criteria is not None else type(self).criteria
         self.weight = check_weight(weight, self.name) if weight is not None else type(self).weight
         _ = self.signature
+
+
+def source_hash(code: Any, fallback: str) -> str:
+    """A short hash of ``code``'s source (a function or class), else of its name or
+    ``fallback`` (no source: a REPL, a C function): a cache version of it."""
+    try:
+        text = inspect.getsource(code)
+    except (OSError, TypeError):
+        text = getattr(code, "__qualname__", fallback)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def check_weight(weight: float | str | Any, name: str) -> float:

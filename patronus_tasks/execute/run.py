@@ -92,9 +92,10 @@ async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | Non
             recorder.cancel()
         manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
         raise
-    await stream.sink.finish(_manifest(spec, tally, "completed", started, flow_run_id))
+    manifest = _manifest(spec, tally, "completed", started, flow_run_id)
+    await stream.sink.finish(manifest)
     _resume.finish(spec.out_dir)
-    manifest = _with_figures(spec, _manifest(spec, tally, "completed", started, flow_run_id), tally)
+    manifest = _with_figures(spec, manifest, tally)
     manifest_file.write(manifest)
     if spec.reporters:  # after the results are written: they never wait for a reporter
         manifest = manifest.model_copy(update={"reports": await _finish_reports(spec, manifest)})

@@ -4,7 +4,6 @@ package (`to_step`): one Prefect task run per call, its verdict a record."""
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from typing import Any
 
@@ -175,14 +174,6 @@ def adapted(value: Any) -> BaseEvaluatorAdapter:
                     "EvaluatorAdapter(ev))")
 
 
-def _version(adapter: BaseEvaluatorAdapter) -> str:
-    try:
-        code = inspect.getsource(adapter.source())
-    except (OSError, TypeError):
-        code = adapter.canonical_name
-    return hashlib.sha256(code.encode()).hexdigest()[:16]
-
-
 def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evaluator:
     """The adapter as this package's evaluator step, named `step_name` of its id and
     criteria; a remote evaluator is this package's remote evaluator (on ``endpoint``:
@@ -194,7 +185,7 @@ def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evalu
         remote.weight = None if weight is None else _steps.check_weight(weight, name)
         return remote
     options = {"name": name, "criteria": adapter.criteria, "weight": weight,
-               "version": _version(adapter)}
+               "version": _steps.source_hash(adapter.source(), adapter.canonical_name)}
     if adapter.is_async:
         async def judge_async(row: EngineRow, task_result: Any, parent: Any) -> Any:
             views = _views(row, task_result, parent)

@@ -11,7 +11,6 @@ summary of bare-number evaluators prints; weights also give a weighted score.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from patronus_tasks.experiments.types import EvalParent, TaskResult
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.results.experiment import Experiment as Results
 from patronus_tasks.results.weights import weighted_scores
-from patronus_tasks.tracing import default_project
+from patronus_tasks.tracing import default_project, patronus_endpoint_of_init
 
 Tags = dict[str, str]
 TaskFn = Callable[..., Any]
@@ -82,12 +81,7 @@ def _endpoint(kwargs: Mapping[str, Any]) -> Any:
     `init`'s), if any: its remote evaluators use it."""
     if kwargs.get("api_key") is None and kwargs.get("api_url") is None:
         return None
-    from patronus_tasks.patronus import patronus_endpoint
-    from patronus_tasks.tracing import settings
-
-    given = settings()
-    return patronus_endpoint(kwargs.get("api_key") or given.api_key,
-                             kwargs.get("api_url") or given.api_url)
+    return patronus_endpoint_of_init(api_key=kwargs.get("api_key"), api_url=kwargs.get("api_url"))
 
 
 def _links(task: TaskFn | None, evaluators: Sequence[Any] | None,
@@ -145,7 +139,7 @@ def task_step(fn: TaskFn) -> _steps.Task:
         return fn
     _check_task_signature(fn)
     name = getattr(fn, "__name__", type(fn).__name__)
-    options = {"name": name, "version": _code_hash(fn)}
+    options = {"name": name, "version": _steps.source_hash(fn, name)}
     if inspect.iscoroutinefunction(fn):
         async def run_async(row: EngineRow, parent: Any, tags: dict[str, str]) -> Any:
             view = Row(row)
@@ -188,14 +182,6 @@ def _task_result(value: Any, name: str) -> Any:
         return value.to_engine()
     raise TypeError(f"task {name!r} returned {type(value).__name__}: return a str, a "
                     "TaskResult (from patronus_tasks.experiments) or None (the row stops)")
-
-
-def _code_hash(fn: Any) -> str:
-    try:
-        code = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__qualname__", repr(fn))
-    return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
 async def _dataset_of(value: Any) -> Any:
@@ -285,37 +271,30 @@ class Experiment:
         return self.to_dataframe().to_csv(path_or_buf, **kwargs)
 
 
-_RENAMED = {
-    "link_index": "link_idx", "task_name": "task.name", "task_output": "task.output",
-    "score": "eval.score", "pass": "eval.pass", "text_output": "eval.text_output",
-    "explanation": "eval.explanation",
-}
-_JSON = {"task_metadata": "task.metadata", "task_tags": "task.tags",
-         "evaluation_metadata": "eval.metadata", "evaluation_tags": "eval.tags"}
+#: Past the SDK's columns: what it drops (failures, weights).
 _KEPT = ["weight", "weighted_score", "status", "error_stage", "error_type", "error_message"]
 
 
 def _sdk_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The records as the SDK's DataFrame: its columns in its order, then `_KEPT`, then
+    the dataset's columns under the SDK's names."""
     scores = weighted_scores(df)
-    repeat = "repeat" if "repeat" in df.columns else None
-    if len(scores) and repeat:
+    if len(scores) and "repeat" in df.columns:
         df = df.merge(scores, on=["sid", "repeat"], how="left")
-    else:
-        df = df.assign(weighted_score=None)
     out = pd.DataFrame({
         "link_idx": df["link_index"], "task.name": df["task_name"],
         "evaluator_id": [_evaluator_id(n, c) for n, c in zip(df["evaluator_name"], df["criteria"],
                                                              strict=True)],
         "criteria": df["criteria"], "task.output": df["task_output"],
-        **{new: df[old].map(_loads) for old, new in _JSON.items() if old in df.columns},
-        **{new: df[old] for old, new in _RENAMED.items()
-           if old in df.columns and new not in ("link_idx", "task.name", "task.output")},
+        "task.metadata": df["task_metadata"].map(_loads), "task.tags": df["task_tags"].map(_loads),
+        "eval.score": df["score"], "eval.pass": df["pass"], "eval.text_output": df["text_output"],
+        "eval.metadata": df["evaluation_metadata"].map(_loads),
+        "eval.explanation": df["explanation"], "eval.tags": df["evaluation_tags"].map(_loads),
         "eval.evaluation_duration": pd.to_timedelta(df["evaluation_duration_s"], unit="s"),
-        **{name: df[name] for name in _KEPT if name in df.columns},
+        **{name: df[name] if name in df.columns else None for name in _KEPT},
     })
-    dataset = [c for c in df.columns if c not in FIXED_NAMES and c != "weighted_score"]
-    data = df[["sid", *[c for c in dataset if c != "sid"]]].rename(columns=SDK_NAMES)
-    return pd.concat([out, data], axis=1)
+    dataset = [c for c in df.columns if c not in FIXED_NAMES and c not in ("sid", "weighted_score")]
+    return pd.concat([out, df[["sid", *dataset]].rename(columns=SDK_NAMES)], axis=1)
 
 
 def _evaluator_id(name: Any, criteria: Any) -> Any:

@@ -101,6 +101,8 @@ class RecordStream:
 
     def show(self, records: list[Record]) -> Awaitable[None] | None:
         """Show a row's records to the watchers only (a worker counted and wrote them)."""
+        if not self.watchers:  # the common case: nobody watches, nothing to build per row
+            return None
         pending = [p for p in (w.add(records) for w in self.watchers) if p is not None]
         return None if not pending else _each(pending)
 
