@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
-    from patronus_tasks.tracing import init, traced
+    from patronus_tasks.trace import span, traced
+    from patronus_tasks.tracing import init
 
 #: Where each public name lives.
 _HOMES = {
@@ -57,7 +58,8 @@ _HOMES = {
                      "JudgeError", "PatronusTasksError", "QualityGateError", "RemoteAPIError",
                      "UnparseableResponseError"], "exceptions"),
     "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
-    "Summary": "results.summary", "init": "tracing", "traced": "tracing",
+    "Summary": "results.summary", "init": "tracing", "traced": "trace",
+    "span": "trace",
 }
 
 
@@ -112,6 +114,7 @@ __all__ = [
     "run_experiment",
     "simple_evaluator",
     "simple_task",
+    "span",
     "task",
     "traced",
 ]

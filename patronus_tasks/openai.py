@@ -15,6 +15,7 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usa
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.exceptions import UnparseableResponseError
 from patronus_tasks.http import Endpoint
+from patronus_tasks.trace.spans import span
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RAW_KEPT = 2000
@@ -35,13 +36,40 @@ def default_model() -> str:
     return os.environ.get("OPENAI_MODEL") or "gpt-4o"
 
 
-async def chat_completion(endpoint: Endpoint, messages: list[dict[str, str]], *,
+def _said(answer: Any) -> Any:
+    try:
+        message = answer["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return message.get("tool_calls") or message.get("content")
+
+
+async def chat_request(endpoint: Endpoint, body: dict[str, Any], provider: str = "openai",
+                       name: str = "chat") -> tuple[Any, int]:
+    """``POST /chat/completions`` with ``body`` inside an ``llm`` span (the messages as its
+    arguments, the model, parameters and tokens, the answer as its output); return the
+    answer's JSON and the attempts it took. What every model call of this package goes
+    through (`ChatTask`, `chat_completion`, the judges, the agent)."""
+    params = {k: v for k, v in body.items() if k not in ("model", "messages", "tools")}
+    with span(name, kind="llm", model=body.get("model"), provider=provider,
+              arguments=body.get("messages"), parameters=params) as s:
+        if body.get("tools"):
+            s.set(tools=[t.get("function", {}).get("name") for t in body["tools"]])
+        answer, attempts = await endpoint.request("POST", "/chat/completions", json=body)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if isinstance(usage, dict):
+            s.set(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens"))
+        s.set(output=_said(answer), response_model=(answer or {}).get("model"), http_attempts=attempts)
+    return answer, attempts
+
+
+async def chat_completion(endpoint: Endpoint, messages: list[dict[str, Any]], *,
                           model: str | None = None, provider: str = "openai",
                           **params: Any) -> TaskResult:
     """One chat completion as a `TaskResult` with model name, provider and parameters."""
     model = model or default_model()
-    body, attempts = await endpoint.request(
-        "POST", "/chat/completions", json={"model": model, "messages": messages, **params})
+    body, attempts = await chat_request(
+        endpoint, {"model": model, "messages": messages, **params}, provider)
     content = body["choices"][0]["message"]["content"]
     system = next((m["content"] for m in messages if m.get("role") == "system"), None)
     return TaskResult(
@@ -151,9 +179,8 @@ class LLMJudge(Evaluator):
             "USER INPUT": evaluated_model_input, "RETRIEVED CONTEXT": evaluated_model_retrieved_context,
             "GOLD ANSWER": evaluated_model_gold_answer, "MODEL OUTPUT": evaluated_model_output})
         messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
-        body, attempts = await self.endpoint.request(
-            "POST", "/chat/completions",
-            json={"model": self.model, "messages": messages, **self.params})
+        body, attempts = await chat_request(
+            self.endpoint, {"model": self.model, "messages": messages, **self.params}, name="judge")
         result = parse_verdict(body["choices"][0]["message"]["content"] or "", self.threshold)
         return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
                                           "usage": Usage.of(body.get("usage"), self.model)})

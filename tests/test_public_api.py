@@ -12,7 +12,7 @@ SURFACE = {
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
         "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
         "arun_experiment", "evaluator", "init", "load_dataset", "read_csv", "read_jsonl",
-        "run_experiment", "simple_evaluator", "simple_task", "task", "traced",
+        "run_experiment", "simple_evaluator", "simple_task", "span", "task", "traced",
     },
     # The Patronus SDK 0.1.x's modules, under the names its programs import them by.
     "patronus_tasks.experiments": {
@@ -35,6 +35,8 @@ SURFACE = {
                                "metric", "precision_recall_f1"},
     "patronus_tasks.prices": {"DEFAULT_PRICES", "PRICES_AS_OF", "PRICE_SOURCES", "Price",
                               "PriceTable"},
+    "patronus_tasks.trace": {"MAX_VALUE_CHARS", "Collector", "Span", "SpanData", "ToolCall", "Trace",
+                             "collecting", "dump_spans", "load_spans", "span", "traced"},
     "patronus_tasks.openai": {
         "ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint",
     },

@@ -401,8 +401,8 @@ def test_inside_an_event_loop_it_is_awaited(results_dir: Path) -> None:
     assert asyncio.run(main()).to_dataframe()["eval.pass"].tolist() == [True]
 
 
-def test_init_is_accepted_offline_and_traced_logs_each_step(
-        results_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_init_is_accepted_offline_and_traced_records_each_step_as_a_span(
+        results_dir: Path) -> None:
     patronus.init(project_name="from-init")  # no key, no collector: nothing is sent
 
     @patronus.traced(span_name="lookup")
@@ -415,13 +415,15 @@ def test_init_is_accepted_offline_and_traced_logs_each_step(
         seen.append(tags)
         return lookup(row.task_input)
 
-    with caplog.at_level("INFO", logger="patronus_tasks.traced"):
-        ex = run_experiment([{"task_input": "abc", "tags": {"product": "x", "env": "row"}}],
-                            task=task, tags={"env": "ci"}, **_local(results_dir))
+    ex = run_experiment([{"task_input": "abc", "tags": {"product": "x", "env": "row"}}],
+                        task=task, tags={"env": "ci"}, **_local(results_dir))
     assert seen == [{"product": "x", "env": "ci"}]  # the row's tags, the experiment's over them
     assert ex.project["name"] == "from-init"
     assert ex.results.to_dataframe()["task_output"].tolist() == ["ABC"]
-    assert re.search(r"lookup\(term='abc'\) \d\.\d{3} s -> 'ABC'", caplog.text), caplog.text
+    spans = ex.results.spans()
+    assert spans[["name", "kind", "arguments", "output"]].to_dict("records") == [
+        {"name": "lookup", "kind": "custom", "arguments": '{"term":"abc"}', "output": '"ABC"'}]
+    assert spans["error"].isna().all()
 
 
 def test_on_prefect_every_call_is_a_task_run_named_as_today(prefect_server: str,

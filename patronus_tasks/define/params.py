@@ -23,7 +23,9 @@ ROW_FIELDS = (
     "evaluated_model_system_prompt",
 )
 TASK_PARAMS = tuple(sorted((*ROW_FIELDS, "parent", "row", "tags")))
-EVALUATOR_PARAMS = tuple(sorted((*TASK_PARAMS, "task_result")))
+#: ``trace``: the task's spans (`trace.Trace`): its model and tool calls, for trajectory
+#: evaluators.
+EVALUATOR_PARAMS = tuple(sorted((*TASK_PARAMS, "task_result", "trace")))
 
 
 @dataclass(frozen=True)

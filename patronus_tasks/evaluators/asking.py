@@ -19,6 +19,7 @@ from patronus_tasks.define.step_results import Usage
 from patronus_tasks.evaluators.forms import Form, Reading, value_weights
 from patronus_tasks.exceptions import JudgeError, RemoteAPIError
 from patronus_tasks.http import Endpoint
+from patronus_tasks.openai import chat_request
 
 _RAW_KEPT = 2000
 _REFUSING = re.compile(r"\b(?:I(?:'m| am) sorry|I can(?:no|')t|I cannot|I'm unable|I am unable|"
@@ -87,7 +88,7 @@ async def ask(j: Judgement, messages: list[dict[str, str]], form: Form, caps: Ca
     while True:
         body = _body(j, messages, form, caps)
         try:
-            answer, attempts = await j.endpoint.request("POST", "/chat/completions", json=body)
+            answer, attempts = await chat_request(j.endpoint, body, name="judge")
             break
         except JudgeError:
             raise

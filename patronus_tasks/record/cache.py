@@ -37,6 +37,7 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.define.steps import Step, Task
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
+from patronus_tasks.trace.spans import SpanData
 
 logger = logging.getLogger("patronus_tasks")
 #: The store's folder in the results directory, when none is given.
@@ -91,6 +92,7 @@ class Hit:
     """A stored answer (None: the step returned None)."""
 
     value: TaskResult | EvaluationResult | None
+    spans: list[SpanData] | None = None  # what the call recorded when it was made
 
 
 class Unkeyable(TypeError):
@@ -188,16 +190,19 @@ class CallCache:
         kind = TaskResult if isinstance(step, Task) else EvaluationResult
         try:
             value = data["value"]
-            return Hit(None if value is None else kind.model_validate(value))
-        except (KeyError, ValidationError):
+            spans = [SpanData.from_dict(d) for d in data.get("spans") or ()] or None
+            return Hit(None if value is None else kind.model_validate(value), spans)
+        except (KeyError, TypeError, ValidationError):
             self._warn(f"bad:{step.name}", f"an entry of {step.name!r} does not fit its result "
                                             "type; it is called again and the entry rewritten")
             return None
 
-    async def put(self, step: Step, key: str, value: TaskResult | EvaluationResult | None) -> None:
-        """Store the answer of this call (whole: see the module's note)."""
+    async def put(self, step: Step, key: str, value: TaskResult | EvaluationResult | None,
+                  spans: list[SpanData] | None = None) -> None:
+        """Store the answer of this call and its spans (whole: see the module's note)."""
         data = orjson.dumps({"format": FORMAT, "key": key, "kind": step.kind, "step": step.name,
-                             "created": time.time(), "value": _dump(value)})
+                             "created": time.time(), "value": _dump(value),
+                             "spans": [s.to_dict() for s in spans or ()]}, default=str)
         try:
             if self.location.is_local:
                 self._put_local(self._entry(step, key), data)

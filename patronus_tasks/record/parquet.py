@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
+from patronus_tasks.record.spans_file import write_spans
 
 if TYPE_CHECKING:
     from patronus_tasks.record.manifest import Manifest
@@ -201,6 +202,7 @@ class ParquetSink:
         table = (order.apply(table) if order else table).replace_schema_metadata(schema.metadata)
         with final.atomic_output() as out, pq.ParquetWriter(out, schema) as writer:
             writer.write_table(table)
+        write_spans(self.out_dir, table)
         remove_parts(self.out_dir)
         return final
 

@@ -107,6 +107,12 @@ class Record:
         pa.string(), "exception message of a failed step"))
     error_traceback: str | None = field(default=None, metadata=_column(
         pa.string(), "formatted traceback of a failed step"))
+    task_spans: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the spans recorded inside the task's call (model and tool calls: "
+        "`spans.parquet` has them a row each); null when it opened none"))
+    evaluation_spans: str | None = field(default=None, metadata=_column(
+        pa.string(), "JSON: the spans recorded inside the evaluator's call (a judge's model "
+        "call); null when it opened none"))
     row: dict[str, Any] = field(default_factory=dict)
 
     def to_row(self) -> dict[str, Any]:

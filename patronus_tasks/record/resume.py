@@ -29,6 +29,8 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usa
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED, Record
+from patronus_tasks.record.spans_file import SPANS_FILE
+from patronus_tasks.trace.spans import SpanData, load_spans
 
 PREVIOUS_FILE = _parquet.PREVIOUS_FILE
 TASK = "\x00task"  # the task's key among a link's steps (no evaluator can have this name)
@@ -74,12 +76,14 @@ class Replayed:
     duration: float | None
     cached: bool = False
     cost: float | None = None
+    spans: list[SpanData] | None = None
 
 
 def _replayed(value: Any, attempts: int | None, duration: float | None, cached: bool | None,
-              cost: float | None) -> Replayed:
+              cost: float | None, spans: str | None) -> Replayed:
     """A step as its record left it: a call the cache answered made no attempt."""
-    return Replayed(value, attempts or (0 if cached else 1), duration, bool(cached), cost)
+    return Replayed(value, attempts or (0 if cached else 1), duration, bool(cached), cost,
+                    load_spans(spans))
 
 
 #: A run of a row: its sample id and repeat (None without repeats).
@@ -116,11 +120,11 @@ class Replay:
             if task_ok and (r.status != STATUS_ERROR or r.error_stage == "evaluator"):
                 found[(link, TASK)] = _replayed(_task_result(r), r.task_attempts,
                                                 r.task_duration_s, r.task_cached,
-                                                r.task_cost_usd)
+                                                r.task_cost_usd, r.task_spans)
             if r.evaluator_name is not None and r.status in (STATUS_OK, STATUS_SKIPPED):
                 found[(link, r.evaluator_name)] = _replayed(
                     _evaluation(r), r.evaluation_attempts, r.evaluation_duration_s,
-                    r.evaluation_cached, r.evaluation_cost_usd)
+                    r.evaluation_cached, r.evaluation_cost_usd, r.evaluation_spans)
         return found
 
     def reused_records(self) -> Iterator[list[Record]]:
@@ -170,6 +174,7 @@ def consolidate(out_dir: Path | Location) -> pa.Table | None:
         return None
     (out_dir / PREVIOUS_FILE).write_table(merged.replace_schema_metadata(None))
     (out_dir / _parquet.RESULTS_FILE).remove()
+    (out_dir / SPANS_FILE).remove()  # made again with the results
     _parquet.remove_parts(out_dir)
     return merged
 

@@ -14,6 +14,7 @@ from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
 from patronus_tasks.record.manifest_file import ManifestFile, read_manifest
+from patronus_tasks.record.spans_file import SPANS_FILE, spans_table
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
 
 
@@ -103,6 +104,16 @@ class Experiment:
     def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The records (``columns``: only these), as a DataFrame."""
         return _parquet.read_results(self.location, list(columns) if columns else None).to_pandas()
+
+    def spans(self) -> pd.DataFrame:
+        """Every span of the experiment, one row each (``spans.parquet``): where it ran
+        (``sample_id``, ``repeat``, ``link_index``, ``step``), ``span_id``, ``parent_id``,
+        ``name``, ``kind``, ``start``, ``end``, ``arguments``, ``output``, ``error``, the model's
+        ``input_tokens``/``output_tokens`` and ``cost``, ``attributes`` as JSON."""
+        final = self.location / SPANS_FILE
+        if final.exists():
+            return final.read_table().to_pandas()
+        return spans_table(_parquet.read_results(self.location)).to_pandas()  # not finished
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
         """Write (or return, with no path) the records as CSV."""

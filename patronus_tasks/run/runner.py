@@ -26,6 +26,7 @@ from patronus_tasks.define.row import Sample
 from patronus_tasks.define.step_results import (
     EvaluationResult,
     TaskResult,
+    Usage,
     to_evaluation_result,
     to_task_result,
     with_model_facts,
@@ -45,6 +46,8 @@ from patronus_tasks.record.records import (
     task_fields,
 )
 from patronus_tasks.record.resume import TASK, Replay, Replayed
+from patronus_tasks.trace.spans import Collector, SpanData, collecting, dump_spans
+from patronus_tasks.trace.tree import Trace
 
 
 def call_name(step: str, sid: str, link_index: int | None, repeat: int | None = None) -> str:
@@ -60,6 +63,7 @@ class Invocation:
     __slots__ = (
         "attempts",
         "cached",
+        "collector",
         "cost",
         "duration",
         "error",
@@ -68,6 +72,7 @@ class Invocation:
         "pool",
         "run_name",
         "sid",
+        "spans",
         "step",
         "value",
     )
@@ -83,6 +88,8 @@ class Invocation:
         self.cached = False  # answered from the cache: no call is made
         self.cost: float | None = None  # what the call cost in USD, when known
         self.handle: str | None = None  # the orchestrator's id of the call, for downstream links
+        self.collector: Collector | None = None  # made at the first attempt
+        self.spans: list[SpanData] | None = None  # what the call's spans recorded, once it ended
 
     def paid(self) -> Paid | None:
         """What the call cost and whether the cache answered it; None when none was made."""
@@ -92,8 +99,11 @@ class Invocation:
         """Call the step once; store the converted result, or the error and re-raise it."""
         self.attempts += 1
         start = time.perf_counter()
+        if self.collector is None:
+            self.collector = Collector()
         try:
-            raw = await self._call()
+            with collecting(self.collector):  # the spans user code opens land here
+                raw = await self._call()
             self.value = self._convert(raw)
             self.error = None
         except Exception as exc:
@@ -124,6 +134,11 @@ class Invocation:
             "TimeoutError", f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
         )
 
+    def harvest(self) -> None:
+        """Take the call's spans (those still open closed as failed: a crash, a timeout)."""
+        if self.collector is not None:
+            self.spans = self.collector.harvest()
+
 
 def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """``call(*args)`` run now, as an awaitable holding its result or exception."""
@@ -151,6 +166,7 @@ class LocalStepRunner:
         for attempt in range(step.retries + 1):
             try:
                 await asyncio.wait_for(inv.attempt(), step.timeout_seconds)
+                inv.harvest()
                 return
             except TimeoutError:
                 inv.record_timeout(step.timeout_seconds)
@@ -158,6 +174,7 @@ class LocalStepRunner:
                 pass  # recorded on the invocation by attempt()
             if attempt < step.retries:
                 await asyncio.sleep(step.retry_delay_seconds)
+        inv.harvest()
 
 
 def _missing_field_error(step: Step, available: Mapping[str, Any], row: Sample
@@ -174,7 +191,7 @@ def _missing_field_error(step: Step, available: Mapping[str, Any], row: Sample
 
 
 def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
-               task_result: TaskResult | None) -> dict[str, Any]:
+               task_result: TaskResult | None, trace: Trace | None = None) -> dict[str, Any]:
     values: dict[str, Any] = {name: row.values.get(name) for name in ROW_FIELDS}
     if task_result is not None:
         # Evaluators judge what the task produced, not what the dataset held.
@@ -183,7 +200,7 @@ def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
             values["evaluated_model_system_prompt"] = task_result.evaluated_model_system_prompt
         if task_result.evaluated_model_retrieved_context is not None:  # what a RAG task found
             values["evaluated_model_retrieved_context"] = task_result.evaluated_model_retrieved_context
-    values.update(parent=parent, tags=dict(tags), task_result=task_result)
+    values.update(parent=parent, tags=dict(tags), task_result=task_result, trace=trace)
     return values  # no "row": built only for the steps asking for it
 
 
@@ -224,7 +241,7 @@ class RowRunner:
         done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
         if done is not None:  # completed in an earlier run: never asked again
             inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
-            inv.cached, inv.cost = done.cached, done.cost
+            inv.cached, inv.cost, inv.spans = done.cached, done.cost, done.spans
             return inv
         inv.error = _missing_field_error(step, available, row)
         if inv.error is None:
@@ -242,8 +259,17 @@ class RowRunner:
             await self.runner.run(inv, upstream)
         usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
         inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
+        if inv.spans and not inv.cached:
+            self._price(inv.spans)
         if cache is not None and key is not None and not inv.cached and inv.error is None:
-            await cache.put(step, key, inv.value)
+            await cache.put(step, key, inv.value, inv.spans)
+
+    def _price(self, spans: list[SpanData]) -> None:
+        """Model calls' costs, from their tokens at the experiment's prices (``prices=``)."""
+        for s in spans:
+            if s.cost is None and s.model and s.input_tokens is not None:
+                s.cost = self.prices.cost(Usage(model=s.model, input_tokens=s.input_tokens,
+                                                output_tokens=s.output_tokens or 0))
 
     async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
         """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
@@ -254,7 +280,7 @@ class RowRunner:
             return None
         hit = await cache.get(inv.step, key)
         if hit is not None:
-            inv.value, inv.cached = hit.value, True
+            inv.value, inv.cached, inv.spans = hit.value, True, hit.spans
         return key
 
     async def run(self, row: Sample, repeat: int | None = None) -> list[Record]:
@@ -277,14 +303,15 @@ class RowRunner:
         row = unit.row
         head = {**base, "link_index": idx, "task_name": link.task.name if link.task else None}
         result: TaskResult | None = None
-        upstream = None
+        upstream, trace = None, None
         if link.task is not None:
             inv = await self._call(link.task, idx, unit, _available(row, parent, self.tags, None),
                                    None, replayed)
             if inv.value is not None:  # the dataset's meta_evaluated_model_* facts, if any
                 inv.value = with_model_facts(inv.value, row.values)
             head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
-                                    inv.attempts or None, inv.paid()))
+                                    inv.attempts or None, inv.paid()),
+                        task_spans=dump_spans(inv.spans))
             if inv.error is not None or inv.value is None:
                 records.append(_task_only(head, inv))
                 return parent, True  # a failed or skipped task ends this row's chain
@@ -292,7 +319,8 @@ class RowRunner:
                 records.append(_task_only(head, inv))
                 return Parent(task=inv.value, parent=parent), False
             result, upstream = inv.value, inv.handle
-        available = _available(row, parent, self.tags, result)
+            trace = Trace(inv.spans, inv.duration if inv.attempts else None, inv.cost)
+        available = _available(row, parent, self.tags, result, trace)
         invs = await asyncio.gather(
             *(self._call(ev, idx, unit, available, upstream, replayed) for ev in link.evaluators)
         )
@@ -318,6 +346,7 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
         "status": status,
         "evaluation_attempts": inv.attempts or None,
         **evaluation_fields(inv.value, inv.duration if inv.attempts else None, inv.paid()),
+        "evaluation_spans": dump_spans(inv.spans),
         **error_fields(inv.error, "evaluator"),
     })
 

@@ -1,0 +1,91 @@
+"""A call's spans as evaluators read them: `Trace` (the task's spans, tool calls, totals)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from patronus_tasks.trace.spans import SpanData
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # cut at MAX_VALUE_CHARS: kept as the text it is
+        return text
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a trajectory: the tool's name, its arguments, what it returned or
+    the error it raised."""
+
+    name: str
+    arguments: Any = None
+    output: Any = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, data: SpanData) -> ToolCall:
+        return cls(data.name, _loads(data.arguments), _loads(data.output), data.error)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "output": self.output,
+                "error": self.error}
+
+
+class Trace:
+    """The spans one call of the task recorded (an agent's model and tool calls), in start
+    order, and what they add up to; ``duration`` is the call's wall time."""
+
+    def __init__(self, spans: Iterable[SpanData] | None, duration: float | None = None,
+                 cost: float | None = None) -> None:
+        self.spans: list[SpanData] = sorted(spans or (), key=lambda s: s.start)
+        self.duration, self._cost = duration, cost
+
+    def __iter__(self) -> Iterator[SpanData]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def of_kind(self, kind: str) -> list[SpanData]:
+        return [s for s in self.spans if s.kind == kind]
+
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls, in the order they were made."""
+        return [ToolCall.of(s) for s in self.of_kind("tool")]
+
+    def llm_calls(self) -> list[SpanData]:
+        return self.of_kind("llm")
+
+    def find(self, name: str | None = None, kind: str | None = None,
+             attributes: Mapping[str, Any] | None = None) -> list[SpanData]:
+        """The spans with this name, kind and these attribute values (each given one)."""
+        return [s for s in self.spans if (name is None or s.name == name)
+                and (kind is None or s.kind == kind)
+                and all(s.attributes.get(k) == v for k, v in (attributes or {}).items())]
+
+    def children(self, parent_id: str | None) -> list[SpanData]:
+        return [s for s in self.spans if s.parent_id == parent_id]
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(s.input_tokens or 0 for s in self.llm_calls())
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens or 0 for s in self.llm_calls())
+
+    @property
+    def cost(self) -> float | None:
+        """What the call cost: its result's usage priced, else its model calls' costs
+        summed (None when none is known)."""
+        if self._cost is not None:
+            return self._cost
+        known = [s.cost for s in self.llm_calls() if s.cost is not None]
+        return sum(known) if known else None

@@ -1,0 +1,143 @@
+"""Spans inside tasks and evaluators: recorded with the results, in spans.parquet, kept by
+the cache and by a resume; a crash closes them as failed. Local backend: no server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pytest
+
+from patronus_tasks import evaluator, run_experiment, span, task, traced
+from patronus_tasks.trace import MAX_VALUE_CHARS, Trace
+
+ROWS = [{"sid": "a", "evaluated_model_input": "alpha"},
+        {"sid": "b", "evaluated_model_input": "beta"}]
+
+
+def _run(results_dir: Path, task_: Any, evaluators: list[Any] | None = None, **options: Any) -> Any:
+    return run_experiment("spans", data=ROWS, task=task_, evaluators=evaluators or [], backend="local",
+                          results_dir=results_dir, print_summary=False, html_report=False,
+                          **options)
+
+
+@traced(kind="tool")
+def search(query: str, limit: int = 2) -> list[str]:
+    return [f"{query}-{i}" for i in range(limit)]
+
+
+@traced(kind="retrieval")
+async def fetch_doc(doc: str) -> str:
+    await asyncio.sleep(0)
+    return doc.upper()
+
+
+@task
+async def agent(evaluated_model_input: str) -> str:
+    with span("plan", kind="agent", goal=evaluated_model_input) as s:
+        hits = await asyncio.to_thread(search, evaluated_model_input)  # a thread: parent kept
+        docs = await asyncio.gather(*(fetch_doc(h) for h in hits))
+        s.set(output=docs, steps=3)
+    return " ".join(docs)
+
+
+@evaluator
+def used_two_docs(trace: Trace) -> bool:
+    return len(trace.find(kind="retrieval")) == 2 and trace.tool_calls()[0].name == "search"
+
+
+def test_spans_nest_across_threads_and_gather_and_land_in_spans_parquet(results_dir: Path) -> None:
+    ex = _run(results_dir, agent, [used_two_docs])
+    df = ex.to_dataframe()
+    assert df["pass"].tolist() == [True, True]  # the evaluator read the task's spans
+    spans = ex.spans()
+    a = spans[spans["sample_id"] == "a"].set_index("name", drop=False)
+    assert sorted(a["name"]) == ["fetch_doc", "fetch_doc", "plan", "search"]
+    plan = a.loc["plan"]
+    assert plan["kind"] == "agent" and pd.isna(plan["parent_id"]) and plan["step"] == "agent"
+    assert json.loads(plan["attributes"]) == {"goal": "alpha", "steps": 3}
+    assert json.loads(plan["output"]) == ["ALPHA-0", "ALPHA-1"]
+    assert a.loc["search", "parent_id"] == plan["span_id"]
+    assert set(a.loc["fetch_doc", "parent_id"]) == {plan["span_id"]}
+    assert json.loads(a.loc["search", "arguments"]) == {"query": "alpha", "limit": 2}
+    assert (a["end"] >= a["start"]).all() and a["error"].isna().all()
+    # the same rows in DuckDB, as a user queries the file
+    path = str(ex.location.local / "spans.parquet")
+    assert duckdb.sql(f"select count(*) from '{path}' where kind = 'retrieval'").fetchall() == [(4,)]
+
+
+def test_errors_caps_and_a_span_left_open_by_a_crash(results_dir: Path) -> None:
+    @traced(name="lookup", kind="tool")
+    def failing(key: str) -> str:
+        raise KeyError(key)
+
+    @task
+    def crashing(evaluated_model_input: str) -> str:
+        span("left-open", kind="custom").__enter__()  # never closed
+        with span("big") as s:
+            s.set(output="x" * (MAX_VALUE_CHARS * 2))
+        if evaluated_model_input == "alpha":
+            failing(evaluated_model_input)
+        return "ok"
+
+    ex = _run(results_dir, crashing)
+    df = ex.to_dataframe().set_index("sid")
+    assert df.loc["a", "status"] == "error" and df.loc["b", "status"] == "ok"
+    spans = ex.spans()
+    a = spans[spans["sample_id"] == "a"].set_index("name")
+    assert a.loc["lookup", "error"] == "KeyError: 'alpha'"
+    assert a.loc["left-open", "error"].startswith("left open")
+    assert len(a.loc["big", "output"]) == MAX_VALUE_CHARS + 3
+    b = spans[spans["sample_id"] == "b"].set_index("name")
+    assert b.loc["left-open", "error"].startswith("left open")  # closed at the call's end
+
+
+def test_a_timed_out_call_keeps_its_spans_closed_as_failed(results_dir: Path) -> None:
+    @task(timeout_seconds=0.2)
+    async def slow(evaluated_model_input: str) -> str:
+        with span("waiting", kind="tool"):
+            await asyncio.sleep(5)
+        return "never"
+
+    ex = _run(results_dir, slow)
+    spans = ex.spans()
+    assert len(spans) == 2
+    assert spans["error"].str.startswith("CancelledError").all()
+
+
+def test_a_cached_call_keeps_the_spans_it_recorded(results_dir: Path) -> None:
+    calls: list[str] = []
+
+    @task(cache=True)
+    def cached(evaluated_model_input: str) -> str:
+        calls.append(evaluated_model_input)
+        with span("model", kind="llm", model="gpt-4o-mini") as s:
+            s.set(input_tokens=1000, output_tokens=100, output="done")
+        return "done"
+
+    first = _run(results_dir, cached)
+    again = _run(results_dir, cached)
+    assert calls == ["alpha", "beta"]  # the second run called nothing
+    assert again.to_dataframe()["task_cached"].tolist() == [True, True]
+    s1, s2 = first.spans(), again.spans()
+    assert s2["span_id"].tolist() == s1["span_id"].tolist()
+    # priced at the experiment's prices: 1000 in, 100 out at gpt-4o-mini's
+    assert s1["cost"].tolist() == pytest.approx([0.00021, 0.00021])
+
+
+def test_spans_outside_a_call_record_nothing_and_threads_without_context_are_roots() -> None:
+    with span("alone") as s:
+        s.set(output=1)
+    assert s.sink is None
+    seen: list[Any] = []
+    thread = threading.Thread(target=lambda: seen.append(span("t").sink))
+    thread.start()
+    thread.join()
+    assert seen == [None]
+    time.sleep(0)
