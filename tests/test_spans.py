@@ -141,3 +141,44 @@ def test_spans_outside_a_call_record_nothing_and_threads_without_context_are_roo
     thread.join()
     assert seen == [None]
     time.sleep(0)
+
+
+def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server: str,
+                                                                  results_dir: Path) -> None:
+    from .test_prefect_run import _task_runs
+
+    @traced(name="lookup", kind="tool")
+    def lookup(key: str) -> str:
+        if key == "beta":
+            raise KeyError(key)
+        return key
+
+    @task
+    def tooled(evaluated_model_input: str) -> str:
+        with span("plan", kind="agent"):
+            try:
+                return lookup(evaluated_model_input)
+            except KeyError:
+                return "none"
+
+    ex = run_experiment("spans", data=ROWS, task=tooled,
+                        results_dir=results_dir, print_summary=False, html_report=False)
+    assert ex.wait_recorded(60)
+    runs = {r.name: r for r in asyncio.run(_task_runs(ex.manifest.flow_run_id))}
+    assert set(runs) == {"tooled-a", "tooled-b", "plan-a", "plan-b", "lookup-a", "lookup-b"}
+    for sid in "ab":
+        parents = {n: [i.id for i in runs[n].task_inputs["__parents__"]]
+                   for n in (f"plan-{sid}", f"lookup-{sid}")}
+        assert parents == {f"plan-{sid}": [runs[f"tooled-{sid}"].id],
+                           f"lookup-{sid}": [runs[f"plan-{sid}"].id]}
+        assert runs[f"plan-{sid}"].task_key == "span-agent" and "span:agent" in runs[f"plan-{sid}"].tags
+    assert runs["lookup-a"].state_type.value == "COMPLETED"
+    assert runs["lookup-b"].state_type.value == "FAILED"  # the span raised; the row went on
+    assert runs["tooled-b"].state_type.value == "COMPLETED"
+    # a coarser level drops the spans first
+    calls_only = run_experiment("spans", data=ROWS, task=tooled, record="calls",
+                                results_dir=results_dir, print_summary=False, html_report=False)
+    assert calls_only.wait_recorded(60)
+    names = {r.name for r in asyncio.run(_task_runs(calls_only.manifest.flow_run_id))}
+    assert names == {"tooled-a", "tooled-b"}
+    assert len(calls_only.spans()) == 4  # still in the results

@@ -57,6 +57,8 @@ class Call:
     retries: int
     retry_delay: float
     inputs: dict[str, str] | None = None  # shown on the Task Inputs tab (`display`)
+    parent: str | None = None  # the task run it is nested in (a span's call); else the flow's
+    key: str | None = None  # its dynamic key, unique in the flow run per task key; else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +135,14 @@ class EventFormat:
         inputs: dict[str, Any] = {}
         if call.upstream:
             inputs["wait_for"] = [{"input_type": "task_run", "id": call.upstream}]
-        if self.parent_task_run_id:
-            inputs["__parents__"] = [{"input_type": "task_run", "id": self.parent_task_run_id}]
+        parent = call.parent or self.parent_task_run_id
+        if parent:
+            inputs["__parents__"] = [{"input_type": "task_run", "id": parent}]
         for name, shown in (call.inputs or {}).items():
             inputs[name] = [{"input_type": "constant", "type": shown}]
         run: dict[str, Any] = {
             "name": shown_name(call.name, state), "task_key": call.task_key,
-            "dynamic_key": call.name,
+            "dynamic_key": call.key or call.name,
             "tags": [*self.tags, *tags] if tags else self.tags, "task_inputs": inputs, "run_count": run_count,
             "empirical_policy": {"retries": call.retries, "retry_delay": call.retry_delay},
             "start_time": call.start.isoformat(), "expected_start_time": call.start.isoformat(),

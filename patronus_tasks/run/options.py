@@ -67,8 +67,9 @@ class ExperimentOptions(TypedDict, total=False):
     regression_threshold: float | Mapping[str, float] | None
     dataset: DataInput | None  # the Patronus SDK's name of ``data=``
     reporters: Sequence[Reporter] | None  # results sent elsewhere too
-    # Which calls become Prefect task runs: "all", or "failures" (errors and verdicts that
-    # did not pass; the rest counted in the figures): for a server that limits the rate.
+    # Which calls become Prefect task runs: "all" (and the spans inside them), "calls" (no
+    # spans), or "failures" (errors and verdicts that did not pass; the rest counted in the
+    # figures): coarser levels for a server that limits the rate.
     record: str
     # Write report.html (charts, figures, every record) beside the results, after them.
     html_report: bool

@@ -240,9 +240,12 @@ class Session:
     async def _settle(self, client: PrefectClient, closing: Closing, verdict: postrun.Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None
         lines = list(verdict.lines)
-        if self.o.record != "all":
+        if self.o.record == "failures":
             lines.append((logging.INFO, f"{self.recorder.expected} of {closing.calls} calls "
                           "recorded as task runs (record='failures': errors and failed verdicts)"))
+        elif self.o.record == "calls":
+            lines.append((logging.INFO, "every call recorded as a task run, not the spans "
+                          "inside them (record='calls')"))
         if _BUILT_IN.said:
             lines.insert(0, (logging.INFO, _BUILT_IN.said))
         final = logging.INFO if verdict.state.is_completed() else logging.ERROR

@@ -26,6 +26,8 @@ from patronus_tasks.prefect.ui.display import (
     call_log,
     call_state,
     not_passed,
+    span_inputs,
+    span_state,
 )
 from patronus_tasks.run.loop import InProcess, RecordStream, Rows
 from patronus_tasks.run.runner import Invocation, LocalStepRunner
@@ -47,14 +49,15 @@ class CallSink(Protocol):
 
 
 def worth_recording(state: State, record: RecordMode) -> bool:
-    """Whether a call in ``state`` becomes a task run: every one, or (``"failures"``)
-    only errors and verdicts that did not pass."""
-    return record == "all" or state.type == "FAILED" or not_passed(state)
+    """Whether a call in ``state`` becomes a task run: every one (``"all"``, ``"calls"``),
+    or (``"failures"``) only errors and verdicts that did not pass."""
+    return record != "failures" or state.type == "FAILED" or not_passed(state)
 
 
 class RecordingStepRunner(LocalStepRunner):
     """Runs calls in plain asyncio (retries and timeouts as `LocalStepRunner`) and records
-    each as its own Prefect task run through a `CallSink`: named ``<step>-<sid>``,
+    each as its own Prefect task run through a `CallSink`: named ``<step>-<sid>``, the
+    spans inside it (``record="all"``) task runs nested under it,
     waiting on its row's task (the flow-run graph shows each row's task feeding its
     evaluators), Running in the UI once it runs `RUNNING_AFTER` seconds, its log records
     attached to it. With ``record="failures"`` only errors and failed verdicts are sent
@@ -71,7 +74,7 @@ class RecordingStepRunner(LocalStepRunner):
         call = Call(task_run_id(self.namespace, inv.run_name), inv.run_name,
                     f"{step.kind}-{step.name}", upstream, now(), step.retries,
                     step.retry_delay_seconds, call_inputs(inv))
-        shown = None if self.record != "all" or inv.cached else asyncio.get_running_loop().call_later(
+        shown = None if self.record == "failures" or inv.cached else asyncio.get_running_loop().call_later(
             RUNNING_AFTER, lambda: self.sink.running(call, max(inv.attempts, 1)))
         token = None if shown is None else _steplogs.CURRENT.set((self.sink, call.task_run_id))
         try:
@@ -86,7 +89,23 @@ class RecordingStepRunner(LocalStepRunner):
             self.sink.finished(call, state, max(inv.attempts, 1), now())
             self._log(inv, call, state)
             inv.handle = call.task_run_id
+            if inv.spans and self.record == "all":
+                self._spans(inv, call.task_run_id)
         await self.sink.backpressure()
+
+    def _spans(self, inv: Invocation, call_id: str) -> None:
+        """Each span of the call a task run nested under it (or under its parent span),
+        named ``<span>-<sid>``; their final states only (one event each)."""
+        ids: dict[str, str] = {}
+        for s in inv.spans or ():  # in start order: a parent before its children
+            key = f"{inv.run_name}#{s.span_id}"
+            ids[s.span_id] = task_run_id(self.namespace, key)
+            start = dt.datetime.fromtimestamp(s.start, dt.UTC)
+            end = dt.datetime.fromtimestamp(s.end if s.end is not None else s.start, dt.UTC)
+            self.sink.finished(Call(ids[s.span_id], f"{s.name}-{inv.sid}", f"span-{s.kind}",
+                                    None, start, 0, 0.0, span_inputs(s),
+                                    parent=ids.get(s.parent_id or "", call_id), key=key),
+                               span_state(s), 1, end)
 
     def _log(self, inv: Invocation, call: Call, state: State) -> None:
         line = call_log(inv, state)

@@ -10,6 +10,7 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.prefect.events import NOT_PASSED_TAG, State
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_SKIPPED, Record
 from patronus_tasks.run.runner import Invocation
+from patronus_tasks.trace.spans import SpanData
 
 #: Characters of one input value or explanation shown; the Parquet keeps them whole.
 SHOWN_CHARS = 160
@@ -158,3 +159,22 @@ def call_log(inv: Invocation, state: State) -> tuple[int, str] | None:
         return None
     score = "" if result.score_raw is None else f" (score {result.score_raw:g})"
     return logging.WARNING, f"Not passed{score}: {result.explanation}"
+
+
+def span_state(s: SpanData) -> State:
+    """A span's task-run state: Failed with its error, else Completed; its message what
+    it used (model, tokens, cost) or gave; tagged ``span:<kind>`` for the UI's filters."""
+    tags = (f"span:{s.kind}",)
+    if s.error is not None:
+        return State("FAILED", "Failed", short(s.error), tags)
+    used = [s.model or "", f"{s.input_tokens} in / {s.output_tokens} out tokens"
+            if s.input_tokens is not None else "", f"${s.cost:.6f}" if s.cost is not None else ""]
+    said = " · ".join(u for u in used if u) or (short(s.output) if s.output else None)
+    return State("COMPLETED", "Completed", said, tags)
+
+
+def span_inputs(s: SpanData) -> dict[str, str] | None:
+    """A span's arguments and attributes as the Task Inputs tab shows them."""
+    shown = {"arguments": short(s.arguments)} if s.arguments else {}
+    shown.update((k, short(v)) for k, v in islice(s.attributes.items(), SHOWN_COLUMNS))
+    return shown or None
