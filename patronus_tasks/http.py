@@ -89,8 +89,12 @@ class Endpoint:
 
     def __init__(self, base_url: str, *, headers: dict[str, str] | None = None,
                  max_in_flight: int = 16, timeout: float = 60.0, max_attempts: int = 3,
-                 backoff: float = 0.5, max_backoff: float = 20.0) -> None:
+                 backoff: float = 0.5, max_backoff: float = 20.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """``transport``: what carries the requests instead of the network (an
+        ``httpx.MockTransport`` answering in-process: the agents' local policy)."""
         self.base_url = base_url.rstrip("/")
+        self.transport = transport
         self._headers = dict(headers or {})
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.max_attempts, self.backoff, self.max_backoff = max(1, max_attempts), backoff, max_backoff
@@ -128,7 +132,7 @@ class Endpoint:
                                   keepalive_expiry=_KEEPALIVE)
             clients = [httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
                                          timeout=self.timeout, limits=limits,
-                                         verify=_ssl_context())
+                                         verify=_ssl_context(), transport=self.transport)
                        for _ in range(shards)]
             state = _LoopState(clients, asyncio.Semaphore(self.max_in_flight))
             self._states[loop] = state

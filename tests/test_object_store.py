@@ -87,7 +87,8 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
                          print_summary=False)
     assert exp.wait_recorded(60)  # the report is written after the results
     assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/report.html",
-                                 "s3_project/first/results.parquet"]  # the report an object too
+                                 "s3_project/first/results.parquet",
+                                 "s3_project/first/spans.parquet"]  # the report an object too
     assert str(exp.results_path) == _url(s3, f"{prefix}/s3_project/first/results.parquet")
     assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 12
     assert exp.to_dataframe()["pass"].all() and len(exp.to_dataframe()) == 12

@@ -50,7 +50,11 @@ SURFACE = {
         "faithfulness", "json_equal", "json_schema", "json_valid", "judge_agreement", "llm_judge",
         "numeric_close", "pairwise_judge", "pii", "refusal", "regex", "rouge", "sql_equivalent",
         "sql_result_match", "string_similarity", "token_f1",
+        "budget", "no_loops", "span_matches", "tool_args_valid", "tool_calls_match",
+        "trajectory_judge",
     },
+    "patronus_tasks.agents": {"AgentTask", "BudgetExceeded", "Decision", "LOCAL_MODEL", "Policy",
+                              "Tool", "ToolError", "as_messages", "local_endpoint", "tools_of"},
 }
 
 

@@ -20,10 +20,13 @@ the check is a yes/no one (score 1 or 0).
   `context_recall`, `pairwise_judge`; a judge that gives no verdict raises `JudgeError`
   (the row is *unscored*: out of pass rates, counted apart)
 - judge calibration (`calibration`): `calibrate`, `judge_agreement`
+- trajectories, from the task's spans (`agentic`): `tool_calls_match`, `tool_args_valid`,
+  `budget`, `span_matches`, `no_loops`, `trajectory_judge` (an LLM judge)
 
-May import: `define`, `results` (the agreement, a baseline's outputs), `http`, `openai`
-and the ground modules; `calibration` runs an experiment through `api`. Nothing here imports
-Prefect (pyproject's import contracts); each module, and the libraries beneath, on first use.
+May import: `define`, `agents` (tools' schemas), `trace`, `results` (the agreement, a
+baseline's outputs), `http`, `openai` and the ground modules; `calibration` runs an
+experiment through `api`. Nothing here imports Prefect (pyproject's import contracts); each
+module, and the libraries beneath, on first use.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from patronus_tasks.evaluators.agentic import (
+        budget,
+        no_loops,
+        span_matches,
+        tool_args_valid,
+        tool_calls_match,
+        trajectory_judge,
+    )
     from patronus_tasks.evaluators.calibration import Calibration, calibrate, judge_agreement
     from patronus_tasks.evaluators.judge import Judge, answer_relevance, factuality, llm_judge
     from patronus_tasks.evaluators.pairwise import pairwise_judge
@@ -65,6 +76,8 @@ _HOMES = {
     **dict.fromkeys(["contains", "exact_match", "numeric_close", "refusal", "regex", "token_f1"],
                     "evaluators.text"),
     "JudgeError": "exceptions",
+    **dict.fromkeys(["budget", "no_loops", "span_matches", "tool_args_valid", "tool_calls_match",
+                     "trajectory_judge"], "evaluators.agentic"),
 }
 
 
@@ -87,6 +100,7 @@ __all__ = [
     "JudgeError",
     "answer_relevance",
     "bleu",
+    "budget",
     "calibrate",
     "chrf",
     "contains",
@@ -100,14 +114,19 @@ __all__ = [
     "json_valid",
     "judge_agreement",
     "llm_judge",
+    "no_loops",
     "numeric_close",
     "pairwise_judge",
     "pii",
     "refusal",
     "regex",
     "rouge",
+    "span_matches",
     "sql_equivalent",
     "sql_result_match",
     "string_similarity",
     "token_f1",
+    "tool_args_valid",
+    "tool_calls_match",
+    "trajectory_judge",
 ]
