@@ -19,6 +19,7 @@ from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record import otel as _otel
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.cache import cache_setting
 from patronus_tasks.record.location import Location
@@ -229,7 +230,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
                           fail_on_regression=rule.fail_on is not None, rule=rule,
-                          reporters=tuple(o["reporters"] or ()), record=o["record"],
+                          reporters=(*(o["reporters"] or ()), *_otel.reporters()), record=o["record"],
                           html_report=bool(o["html_report"]), repeats=repeats,
                           cache=cache_setting(o["cache"]), results_root=root,
                           prices=PriceTable(o["prices"]), metrics=metrics,

@@ -110,6 +110,12 @@ class Record:
     task_spans: str | None = field(default=None, metadata=_column(
         pa.string(), "JSON: the spans recorded inside the task's call (model and tool calls: "
         "`spans.parquet` has them a row each); null when it opened none"))
+    task_started_at: float | None = field(default=None, metadata=_column(
+        pa.float64(), "when the task's call started, in seconds since the epoch (UTC); null when "
+        "none was made (cached, resumed)"))
+    evaluation_started_at: float | None = field(default=None, metadata=_column(
+        pa.float64(), "when the evaluator's call started, in seconds since the epoch (UTC); null "
+        "when none was made"))
     evaluation_spans: str | None = field(default=None, metadata=_column(
         pa.string(), "JSON: the spans recorded inside the evaluator's call (a judge's model "
         "call); null when it opened none"))

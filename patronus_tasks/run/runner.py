@@ -46,6 +46,7 @@ from patronus_tasks.record.records import (
     task_fields,
 )
 from patronus_tasks.record.resume import TASK, Replay, Replayed
+from patronus_tasks.trace import capture as _capture
 from patronus_tasks.trace.spans import Collector, SpanData, collecting, dump_spans
 from patronus_tasks.trace.tree import Trace
 
@@ -73,6 +74,7 @@ class Invocation:
         "run_name",
         "sid",
         "spans",
+        "started",
         "step",
         "value",
     )
@@ -90,6 +92,7 @@ class Invocation:
         self.handle: str | None = None  # the orchestrator's id of the call, for downstream links
         self.collector: Collector | None = None  # made at the first attempt
         self.spans: list[SpanData] | None = None  # what the call's spans recorded, once it ended
+        self.started: float | None = None  # when its first attempt started (epoch seconds)
 
     def paid(self) -> Paid | None:
         """What the call cost and whether the cache answered it; None when none was made."""
@@ -100,7 +103,7 @@ class Invocation:
         self.attempts += 1
         start = time.perf_counter()
         if self.collector is None:
-            self.collector = Collector()
+            self.collector, self.started = Collector(), time.time()
         try:
             with collecting(self.collector):  # the spans user code opens land here
                 raw = await self._call()
@@ -226,6 +229,7 @@ class RowRunner:
         self.tags = dict(tags)
         self.pool = pool
         self.host = socket.gethostname()  # made where the rows run: a worker's, on Dask
+        _capture.install()  # the user's OpenTelemetry spans inside calls, when they record any
         self._slots = asyncio.Semaphore(limit)
         self.calls = 0  # invocations handed to the step runner
         self.cached = 0  # of them, answered from the cache
@@ -311,7 +315,7 @@ class RowRunner:
                 inv.value = with_model_facts(inv.value, row.values)
             head.update(task_fields(inv.value, inv.duration if inv.attempts else None,
                                     inv.attempts or None, inv.paid()),
-                        task_spans=dump_spans(inv.spans))
+                        task_spans=dump_spans(inv.spans), task_started_at=inv.started)
             if inv.error is not None or inv.value is None:
                 records.append(_task_only(head, inv))
                 return parent, True  # a failed or skipped task ends this row's chain
@@ -347,6 +351,7 @@ def _evaluation_record(head: dict[str, Any], inv: Invocation) -> Record:
         "evaluation_attempts": inv.attempts or None,
         **evaluation_fields(inv.value, inv.duration if inv.attempts else None, inv.paid()),
         "evaluation_spans": dump_spans(inv.spans),
+        "evaluation_started_at": inv.started,
         **error_fields(inv.error, "evaluator"),
     })
 

@@ -83,12 +83,15 @@ _FIELDS = tuple(SpanData.__dataclass_fields__)
 class Collector:
     """The spans of one call of a step, in the order they ended (children first)."""
 
-    __slots__ = ("closed", "open", "spans")
+    __slots__ = ("closed", "foreign", "open", "spans")
 
     def __init__(self) -> None:
         self.spans: list[SpanData] = []
         self.open: dict[str, SpanData] = {}
         self.closed = False  # harvested: a thread still running adds nothing more
+        #: Spans of the user's OpenTelemetry instrumentation (`capture`): the span of ours
+        #: open when each ended, their parent when their own is not of this call.
+        self.foreign: dict[str, str | None] = {}
 
     def harvest(self) -> list[SpanData] | None:
         """The call's spans, those left open closed as failed; None when there are none."""
@@ -98,6 +101,11 @@ class Collector:
             data.end, data.error = now, data.error or LEFT_OPEN
             self.spans.append(data)
         self.open.clear()
+        if self.foreign:
+            ids = {s.span_id for s in self.spans}
+            for s in self.spans:
+                if s.span_id in self.foreign and s.parent_id not in ids:
+                    s.parent_id = self.foreign[s.span_id]
         return sorted(self.spans, key=lambda s: s.start) if self.spans else None
 
 

@@ -1,0 +1,112 @@
+"""OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT set, an experiment's spans reach a real
+OTLP receiver on 127.0.0.1 (protobuf decoded) as one tree with the GenAI conventions, the
+verdicts as events on the span they judged; the user's own OpenTelemetry spans inside the
+task (an instrumentor's) are captured into the results and the tree. The experiment runs
+in its own process: the global tracer provider is set once per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ROOT
+from .otlp_receiver import otlp_receiver
+
+SCRIPT = '''
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())  # the user's own set-up, as an instrumentor's
+tracer = trace.get_tracer("user-instrumentation")
+
+from patronus_tasks import evaluator, run_experiment, task
+from patronus_tasks.agents import AgentTask, local_endpoint
+
+
+def weather(city: str) -> str:
+    """The weather."""
+    return "sunny"
+
+
+def policy(messages, tools):
+    done = any(m["role"] == "tool" for m in messages)
+    return "It is sunny." if done else [("weather", {"city": "Paris"})]
+
+
+agent = AgentTask([weather], model="local-policy", endpoint=local_endpoint(policy))
+
+
+@task
+async def answer(evaluated_model_input: str):
+    with tracer.start_as_current_span("openai.chat", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 3}):
+        pass
+    with tracer.start_as_current_span("retrieve", attributes={
+            "openinference.span.kind": "RETRIEVER", "input.value": "paris weather"}):
+        with tracer.start_as_current_span("embed", attributes={
+                "openinference.span.kind": "EMBEDDING", "llm.model_name": "text-embedding-3-small"}):
+            pass
+    return await agent.execute(evaluated_model_input)
+
+
+@evaluator
+def sunny(evaluated_model_output: str) -> bool:
+    return "sunny" in evaluated_model_output
+
+
+ex = run_experiment("otel", data=[{"sid": "r1", "evaluated_model_input": "Weather in Paris?"}],
+                    task=answer, evaluators=[sunny], backend="local", results_dir=sys.argv[1],
+                    experiment_name="traced", print_summary=False, html_report=False)
+print(json.dumps({"spans": ex.spans().drop(columns=["start", "end"]).to_dict("records"),
+                  "reports": ex.manifest.reports}, default=str))
+'''
+
+
+def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> None:
+    script = tmp_path / "traced.py"
+    script.write_text(SCRIPT)
+    with otlp_receiver() as got:
+        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": got.url, "OTEL_SERVICE_NAME": "nightly-evals",
+               "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], env=env,
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got.paths and set(got.paths) == {"/v1/traces"}
+    spans = {s["name"]: s for s in got.spans}
+    assert len({s["trace_id"] for s in got.spans}) == 1  # one tree
+    assert {s["resource"]["service.name"] for s in got.spans} == {"nightly-evals"}
+    parent = {name: next((p["name"] for p in got.spans if p["span_id"] == s["parent_id"]), None)
+              for name, s in spans.items()}
+    assert parent == {
+        "experiment otel/traced": None, "row r1": "experiment otel/traced",
+        "task answer": "row r1", "evaluator sunny": "row r1",
+        "openai.chat": "task answer", "retrieve": "task answer", "embed": "retrieve",
+        "agent": "task answer", "chat local-policy": "agent", "weather": "agent"}
+    assert spans["chat local-policy"]["attributes"]["gen_ai.operation.name"] == "chat"
+    assert spans["chat local-policy"]["attributes"]["gen_ai.request.model"] == "local-policy"
+    assert spans["chat local-policy"]["attributes"]["gen_ai.usage.input_tokens"] > 0
+    tool = spans["weather"]["attributes"]
+    assert tool["gen_ai.operation.name"] == "execute_tool" and tool["gen_ai.tool.name"] == "weather"
+    assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"city": "Paris"}
+    assert spans["agent"]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    assert spans["openai.chat"]["attributes"]["gen_ai.usage.input_tokens"] == 11
+    events = spans["task answer"]["events"]
+    assert events == [("gen_ai.evaluation.result", {
+        "gen_ai.evaluation.name": "sunny", "gen_ai.evaluation.score.value": 1.0,
+        "gen_ai.evaluation.score.label": "pass"})]
+    row, task = spans["row r1"], spans["task answer"]
+    assert row["start"] <= task["start"] < task["end"] <= row["end"]
+    # the user's spans, captured into the results with their attributes read
+    captured = {s["name"]: s for s in out["spans"]}
+    assert captured["openai.chat"]["kind"] == "llm" and captured["openai.chat"]["input_tokens"] == 11
+    assert captured["openai.chat"]["model"] == "gpt-4o-mini"
+    assert captured["retrieve"]["kind"] == "retrieval"
+    assert captured["retrieve"]["arguments"] == "paris weather"
+    assert captured["embed"]["parent_id"] == captured["retrieve"]["span_id"]
+    assert out["reports"]["opentelemetry"] == {"spans": len(got.spans), "flushed": True}
