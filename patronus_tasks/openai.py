@@ -45,11 +45,13 @@ def _said(answer: Any) -> Any:
 
 
 async def chat_request(endpoint: Endpoint, body: dict[str, Any], provider: str = "openai",
-                       name: str = "chat") -> tuple[Any, int]:
+                       name: str | None = None) -> tuple[Any, int]:
     """``POST /chat/completions`` with ``body`` inside an ``llm`` span (the messages as its
     arguments, the model, parameters and tokens, the answer as its output); return the
     answer's JSON and the attempts it took. What every model call of this package goes
-    through (`ChatTask`, `chat_completion`, the judges, the agent)."""
+    through (`ChatTask`, `chat_completion`, the judges, the agent). The span is named
+    ``chat <model>``, as the GenAI conventions name a chat call's span."""
+    name = name or f"chat {body.get('model')}"
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "tools")}
     with span(name, kind="llm", model=body.get("model"), provider=provider,
               arguments=body.get("messages"), parameters=params) as s:
@@ -180,7 +182,7 @@ class LLMJudge(Evaluator):
             "GOLD ANSWER": evaluated_model_gold_answer, "MODEL OUTPUT": evaluated_model_output})
         messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
         body, attempts = await chat_request(
-            self.endpoint, {"model": self.model, "messages": messages, **self.params}, name="judge")
+            self.endpoint, {"model": self.model, "messages": messages, **self.params})
         result = parse_verdict(body["choices"][0]["message"]["content"] or "", self.threshold)
         return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
                                           "usage": Usage.of(body.get("usage"), self.model)})

@@ -175,7 +175,8 @@ def test_resume_from_s3_after_sigkill(s3: str) -> None:
     assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 30
     assert _keys(s3, prefix) == ["resumable/long-run/manifest.json",
                                  "resumable/long-run/report.html",
-                                 "resumable/long-run/results.parquet"]
+                                 "resumable/long-run/results.parquet",
+                                 "resumable/long-run/spans.parquet"]
 
 
 def test_credentials_in_the_url_are_never_shown(s3: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -78,12 +78,15 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
                     break
                 await asyncio.sleep(0.5)
         # The run's own column: see tests/test_prefect_run.py's _task_runs.
-        return {r.name: r.state_name or "" for r in runs}
+        return {r.name: r.state_name or "" for r in runs if not r.task_key.startswith("span-")}, [
+            r for r in runs if r.task_key.startswith("span-")]
 
     from patronus_tasks.results import load_experiment
 
     assert load_experiment("judged", tmp_path).wait_recorded(60)
-    runs = asyncio.run(task_runs())
+    runs, spans = asyncio.run(task_runs())
     assert len(runs) == 10 * 9  # the task and eight evaluators per row, each its own task run
+    # each judge's model call a task run nested under its evaluator's
+    assert len(spans) == 40 and {s.name.rsplit("-", 1)[0] for s in spans} == {"chat local-judge"}
     assert runs["✗ faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
     assert runs["context_recall-r05"] == "Passed" and runs["✗ answers-r07"] == "Not passed"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,12 @@ DATA = [
 ]
 
 
+def m_started(path: Path) -> float:
+    """When the run started, as its manifest says (epoch seconds)."""
+    started = json.loads((path.parent / "manifest.json").read_text())["started_at"]
+    return dt.datetime.fromisoformat(started).timestamp()
+
+
 def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> None:
     exp = run_experiment("files", data=DATA, task=answer, evaluators=[palindrome],
                          tags={"suite": "s"}, experiment_name="cols", backend="local",
@@ -75,10 +83,14 @@ def test_every_column_and_the_manifest_with_pyarrow_alone(results_dir: Path) -> 
         "task_cost_usd": None, "task_cached": False, "evaluation_model": None,
         "evaluation_input_tokens": None, "evaluation_output_tokens": None,
         "evaluation_cost_usd": None, "evaluation_cached": False, "error_type": None,
-        "error_message": None, "error_traceback": None, "evaluated_model_input": "abba",
+        "error_message": None, "error_traceback": None,
+        "task_spans": None, "task_started_at": ok["task_started_at"],  # no span opened
+        "evaluation_started_at": ok["evaluation_started_at"], "evaluation_spans": None,
+        "evaluated_model_input": "abba",
         "row_pass": "dataset column named pass", "ctx": ["a", "b"], "mixed": "1",
     }
     assert ok["task_duration_s"] >= 0
+    assert m_started(path) <= ok["task_started_at"] <= ok["evaluation_started_at"] <= time.time()
     assert rows["2"]["pass"] is False and rows["2"]["mixed"] == "two"
     crash = rows["3"]
     assert (crash["status"], crash["error_stage"], crash["error_type"]) == ("error", "task",

@@ -182,3 +182,23 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
     names = {r.name for r in asyncio.run(_task_runs(calls_only.manifest.flow_run_id))}
     assert names == {"tooled-a", "tooled-b"}
     assert len(calls_only.spans()) == 4  # still in the results
+
+
+def test_the_html_report_shows_a_rows_spans_as_a_tree(results_dir: Path) -> None:
+    from .chromium import Browser, chromium_or_skip
+
+    chromium_or_skip()
+    ex = run_experiment("spans", data=ROWS, task=agent, evaluators=[used_two_docs],
+                        backend="local", results_dir=results_dir, print_summary=False)
+    assert ex.wait_recorded(60)  # the report is written after the results
+    with Browser() as b:
+        b.open((ex.path / "report.html").as_uri())
+        b.wait_for("document.body.dataset.ready && document.body.dataset.shown")
+        b.js("[...document.querySelectorAll('#rows tbody tr')]"
+             ".find(tr => tr.innerText.includes('ALPHA-0')).click()")
+        b.wait_for("document.querySelector('#detail.shown .spans') && true")
+        tree = b.js("[...document.querySelectorAll('#detail .spans .span')]"
+                    ".map(d => [d.querySelector('b').textContent, parseInt(d.style.paddingLeft)])")
+        text = b.js("document.querySelector('#detail .spans').innerText")
+    assert tree == [["plan", 6], ["search", 22], ["fetch_doc", 22], ["fetch_doc", 22]]
+    assert "agent" in text and " ms" in text

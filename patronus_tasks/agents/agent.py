@@ -66,7 +66,7 @@ class _Run:
         body = {"model": a.model, "messages": self.messages, **a.params}
         if a.tools:
             body["tools"] = [t.schema() for t in a.tools.values()]
-        answer, _ = await chat_request(a.endpoint, body, a.provider, name=f"chat {a.model}")
+        answer, _ = await chat_request(a.endpoint, body, a.provider)
         self.steps += 1
         usage = answer.get("usage") or {}
         self.input_tokens += usage.get("prompt_tokens") or 0

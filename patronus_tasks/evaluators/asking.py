@@ -88,7 +88,7 @@ async def ask(j: Judgement, messages: list[dict[str, str]], form: Form, caps: Ca
     while True:
         body = _body(j, messages, form, caps)
         try:
-            answer, attempts = await chat_request(j.endpoint, body, name="judge")
+            answer, attempts = await chat_request(j.endpoint, body)
             break
         except JudgeError:
             raise
