@@ -49,6 +49,10 @@ SCENARIOS = {
     # (4,000 task runs), rows fast: the server's pace is the measure (recording.py).
     "record": {"rows": 1000, "processes": 2, "concurrency": 64, "latency": 0.0,
                "modes": ["prefect"], "taskless": True},
+    # Spans (issue 36): the c16 run with a task opening no span, and with 10 spans per row
+    # (each a task run nested under the row's): the ratio to plain of each, in one run.
+    "spans16": {"rows": 2000, "concurrency": 16, "latency": 0.05,
+                "modes": ["plain", "prefect-spans0", "prefect-spans10"]},
 }
 
 
@@ -93,13 +97,16 @@ def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
         finally:
             proc.terminate()
             proc.wait(20)
-    args = [sys.executable, str(HERE / "workload.py"), mode, "--rows", str(scenario["rows"]),
+    base, _, variant = mode.partition("-spans")  # "prefect-spans10": 10 spans a row
+    args = [sys.executable, str(HERE / "workload.py"), base, "--rows", str(scenario["rows"]),
             "--concurrency", str(scenario["concurrency"]), "--url", url]
+    if variant:
+        args += ["--spans", variant]
     if scenario.get("taskless"):
         args.append("--taskless")
     env = {"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING",
            "PREFECT_LOGGING_TO_API_ENABLED": "false"}
-    return _measure(mode, args, env, procs)
+    return {**_measure(mode, args, env, procs), "mode": mode}
 
 
 def _measure(mode: str, args: list[str], env: dict[str, str],
@@ -126,12 +133,12 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
     print(f"\n== {name}: {rows} rows, C={c}, L={latency * 1000:.0f} ms, "
           f"{calls_per_row} model calls per row"
           + (f", C/L limit {limit:.0f} rows/s" if limit else ""))
-    print(f"{'mode':8} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
+    print(f"{'mode':15} {'rows/s':>8} {'%C/L':>6} {'x plain':>8} {'cpu ms/row':>10} "
           f"{'framework':>9} {'rss MB':>7} {'rows vis s':>10} {'visible s':>9} {'model srv':>9} "
           f"{'prefect srv':>11} {'rec/s':>6}")
     for r in results:
         if "error" in r:
-            print(f"{r['mode']:8} failed: {r['error']}")
+            print(f"{r['mode']:15} failed: {r['error']}")
             continue
         rate = rows / r["wall"]
         pct = f"{100 * rate / limit:5.1f}" if limit else "    -"
@@ -142,7 +149,7 @@ def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -
             else f"{max(0.0, r['rows_visible_after']):.1f}"
         if r.get("missing"):
             visible = f"{r['missing']} lost"
-        print(f"{r['mode']:8} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
+        print(f"{r['mode']:15} {rate:8.0f} {pct:>6} {rate / (rows / plain['wall']):8.2f} "
               f"{cpu_row:10.3f} {framework:9.3f} {r['rss_mb']:7.0f} {rows_visible:>10} {visible:>9} "
               f"{1000 * r['lat_cpu'] / rows:9.3f} {1000 * r['api_cpu'] / rows:11.3f} "
               f"{recorded_per_second(r):>6}")

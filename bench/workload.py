@@ -14,7 +14,7 @@ import resource
 import time
 from typing import Any
 
-from patronus_tasks import TaskResult, evaluator, run_experiment, task
+from patronus_tasks import TaskResult, evaluator, run_experiment, span, task
 from patronus_tasks.http import Endpoint
 from patronus_tasks.openai import chat_completion
 
@@ -26,6 +26,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--url", required=True)
     p.add_argument("--taskless", action="store_true")
+    # The task as an agent's step: N spans per row (an agent span, N-2 tool spans, the
+    # model call's llm span); 0: a task opening none (the model call without its span).
+    p.add_argument("--spans", type=int, default=None)
     p.add_argument("--results-dir", default="/tmp/bench-results")
     return p.parse_args()
 
@@ -64,8 +67,18 @@ def _experiment(args: argparse.Namespace) -> tuple[Any, int, float]:
 
     @task
     async def call_model(evaluated_model_input: str) -> TaskResult:
-        return await chat_completion(endpoint, [{"role": "user", "content": evaluated_model_input}],
-                                     model="m")
+        messages = [{"role": "user", "content": evaluated_model_input}]
+        if args.spans == 0:  # the same call, no span
+            body, _ = await endpoint.request("POST", "/chat/completions",
+                                             json={"model": "m", "messages": messages})
+            return TaskResult(evaluated_model_output=body["choices"][0]["message"]["content"])
+        if not args.spans:
+            return await chat_completion(endpoint, messages, model="m")
+        with span("agent", kind="agent"):
+            for i in range(args.spans - 2):
+                with span(f"tool{i}", kind="tool", arguments={"i": i}) as s:
+                    s.set(output=i)
+            return await chat_completion(endpoint, messages, model="m")
 
     @evaluator
     def nonempty(evaluated_model_output: str) -> bool:
@@ -87,7 +100,8 @@ def _experiment(args: argparse.Namespace) -> tuple[Any, int, float]:
                          backend=args.mode, results_dir=args.results_dir,
                          print_summary=False)
     returned = time.time()  # results first: the records may still be on their way
-    calls = args.rows * (len(evaluators) + (0 if args.taskless else 1))
+    calls = args.rows * (len(evaluators) + (0 if args.taskless else 1 + (1 if args.spans is None
+                                                                       else args.spans)))
     return exp, calls, returned
 
 

@@ -6,6 +6,7 @@ servers need none) and ``OPENAI_MODEL`` (default ``gpt-4o``) configure them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator, Task
-from patronus_tasks.exceptions import UnparseableResponseError
+from patronus_tasks.exceptions import DatasetError, UnparseableResponseError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.trace.spans import span
 
@@ -84,8 +85,33 @@ async def chat_completion(endpoint: Endpoint, messages: list[dict[str, Any]], *,
     )
 
 
+def as_messages(value: Any, system: str | None = None) -> list[dict[str, Any]]:
+    """The row's input as chat messages: a text (one user message), a list of messages
+    (a conversation), or that list as JSON text (a CSV's cell); the system prompt first
+    unless the conversation has one."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        with contextlib.suppress(json.JSONDecodeError):  # else a text that starts with "["
+            value = json.loads(value)
+    if isinstance(value, str):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": value}]
+    elif hasattr(value, "tolist") or isinstance(value, list | tuple):
+        messages = [dict(m) for m in (value.tolist() if hasattr(value, "tolist") else value)
+                    if isinstance(m, dict) and "role" in m] if value is not None else []
+        if not messages or len(messages) != len(value):
+            raise DatasetError(f"evaluated_model_input is a list but not of chat messages "
+                               f"({{'role': ..., 'content': ...}}): {str(value)[:200]!r}. Give a "
+                               "text, or a list of messages each with a role and content.")
+    else:
+        raise DatasetError(f"evaluated_model_input must be a text or a list of chat messages, "
+                           f"not {type(value).__name__}.")
+    if system and not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
 class ChatTask(Task):
-    """A task that sends the row's system prompt and input to a chat endpoint.
+    """A task that sends the row's system prompt and input (a text, or a conversation: a
+    list of chat messages) to a chat endpoint.
 
     Its result's ``usage`` holds the model asked for and the answer's tokens.
     ``cache=True`` answers a call from the experiment's cache when the same model, with
@@ -104,11 +130,9 @@ class ChatTask(Task):
         return {"model": self.model, "provider": self.provider, "params": self.params,
                 "base_url": self.endpoint.base_url}
 
-    async def execute(self, evaluated_model_input: str,
+    async def execute(self, evaluated_model_input: Any,
                       evaluated_model_system_prompt: str | None = None) -> TaskResult:
-        messages = [{"role": "user", "content": evaluated_model_input}]
-        if evaluated_model_system_prompt:
-            messages.insert(0, {"role": "system", "content": evaluated_model_system_prompt})
+        messages = as_messages(evaluated_model_input, evaluated_model_system_prompt)
         return await chat_completion(self.endpoint, messages, model=self.model,
                                      provider=self.provider, **self.params)
 
@@ -196,4 +220,5 @@ class LLMJudge(Evaluator):
         await self.endpoint.aclose()
 
 
-__all__ = ["ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint"]
+__all__ = ["ChatTask", "LLMJudge", "UnparseableResponseError", "as_messages", "chat_completion",
+           "chat_request", "openai_endpoint"]

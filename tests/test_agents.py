@@ -48,6 +48,8 @@ def weather(city: str, unit: str = "C") -> dict[str, Any]:
 def policy(messages: list[dict[str, Any]], tools: list[str]) -> Any:
     """What the scripted model does, by the first user message's marker."""
     first = next(m["content"] for m in messages if m["role"] == "user")
+    if not tools:  # a plain chat call
+        return f"{len(messages)} messages"
     results = [m for m in messages if m["role"] == "tool"]
     if "LOOP" in first:
         return [("weather", {"city": "Paris"})]  # never answers
@@ -130,6 +132,17 @@ def test_an_agent_on_a_real_chat_server_and_each_failure_on_its_row(results_dir:
     assert [m["role"] for m in sent[0]] == ["system", "user", "assistant", "user"]
     assert all(r.body["tools"][0]["function"]["name"] == "weather" for r in server.requests)
     assert "sk-test-secret-1" not in spans.to_csv() + df.to_csv()
+
+
+def test_chat_task_takes_a_conversation_too() -> None:
+    from patronus_tasks.openai import ChatTask
+
+    with serve(scripted) as server:
+        chat = ChatTask("m", endpoint=openai_endpoint(base_url=server.url))
+        result = asyncio.run(chat.execute(ROWS[-1]["evaluated_model_input"], "Be brief."))
+    assert result.evaluated_model_output == "4 messages"  # the system prompt, then the three
+    assert [m["role"] for m in server.requests[0].body["messages"]] == [
+        "system", "user", "assistant", "user"]
 
 
 def test_a_conversation_that_is_not_one_is_a_clear_error() -> None:

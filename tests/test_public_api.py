@@ -38,7 +38,8 @@ SURFACE = {
     "patronus_tasks.trace": {"MAX_VALUE_CHARS", "Collector", "Span", "SpanData", "ToolCall", "Trace",
                              "collecting", "dump_spans", "load_spans", "span", "traced"},
     "patronus_tasks.openai": {
-        "ChatTask", "LLMJudge", "UnparseableResponseError", "chat_completion", "openai_endpoint",
+        "ChatTask", "LLMJudge", "UnparseableResponseError", "as_messages", "chat_completion",
+        "chat_request", "openai_endpoint",
     },
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",

@@ -8,9 +8,10 @@
 May import: `define`, `http`, `openai`, `trace` and the ground modules; no Prefect.
 """
 
-from patronus_tasks.agents.agent import AgentTask, BudgetExceeded, as_messages
+from patronus_tasks.agents.agent import AgentTask, BudgetExceeded
 from patronus_tasks.agents.local import LOCAL_MODEL, Decision, Policy, local_endpoint
 from patronus_tasks.agents.tools import Tool, ToolError, tools_of
+from patronus_tasks.openai import as_messages
 
 __all__ = ["LOCAL_MODEL", "AgentTask", "BudgetExceeded", "Decision", "Policy", "Tool", "ToolError",
            "as_messages", "local_endpoint", "tools_of"]

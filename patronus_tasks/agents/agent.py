@@ -11,7 +11,6 @@ result (``error: ...``), recorded as that tool span's error: never the row's cra
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,38 +18,14 @@ from typing import Any
 from patronus_tasks.agents.tools import Tool, ToolError, tools_of
 from patronus_tasks.define.step_results import TaskResult, Usage
 from patronus_tasks.define.steps import Task
-from patronus_tasks.exceptions import DatasetError, PatronusTasksError
+from patronus_tasks.exceptions import PatronusTasksError
 from patronus_tasks.http import Endpoint
-from patronus_tasks.openai import chat_request, default_model, openai_endpoint
+from patronus_tasks.openai import as_messages, chat_request, default_model, openai_endpoint
 from patronus_tasks.trace.spans import span
 
 
 class BudgetExceeded(PatronusTasksError):
     """The agent used its steps or tokens without giving a final answer."""
-
-
-def as_messages(value: Any, system: str | None = None) -> list[dict[str, Any]]:
-    """The row's input as chat messages: a text (one user message), a list of messages
-    (a conversation), or that list as JSON text (a CSV's cell); the system prompt first
-    unless the conversation has one."""
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        with contextlib.suppress(json.JSONDecodeError):  # else a text that starts with "["
-            value = json.loads(value)
-    if isinstance(value, str):
-        messages: list[dict[str, Any]] = [{"role": "user", "content": value}]
-    elif hasattr(value, "tolist") or isinstance(value, list | tuple):
-        messages = [dict(m) for m in (value.tolist() if hasattr(value, "tolist") else value)
-                    if isinstance(m, dict) and "role" in m] if value is not None else []
-        if not messages or len(messages) != len(value):
-            raise DatasetError(f"evaluated_model_input is a list but not of chat messages "
-                               f"({{'role': ..., 'content': ...}}): {str(value)[:200]!r}. Give a "
-                               "text, or a list of messages each with a role and content.")
-    else:
-        raise DatasetError(f"evaluated_model_input must be a text or a list of chat messages, "
-                           f"not {type(value).__name__}.")
-    if system and not any(m.get("role") == "system" for m in messages):
-        messages.insert(0, {"role": "system", "content": system})
-    return messages
 
 
 class _Run:
