@@ -4,7 +4,7 @@ by reference: they must be importable there)."""
 import asyncio
 import os
 
-from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, task
+from patronus_tasks import EvaluationResult, Parent, Row, TaskResult, evaluator, span, task
 
 
 @task
@@ -53,9 +53,21 @@ def size(task_result: TaskResult) -> float:
     return float(len(task_result.evaluated_model_output))
 
 
+def _follow(parent: Parent) -> str:
+    return f"{parent.task.evaluated_model_output}:{parent.find_eval_result('size').score_raw}"
+
+
 @task
 def follow_up(parent: Parent) -> str:
-    return f"{parent.task.evaluated_model_output}:{parent.find_eval_result('size').score_raw}"
+    return _follow(parent)
+
+
+@task
+def follow_up_traced(parent: Parent) -> str:
+    """`follow_up` recording a span (not in test_recording: Prefect's engine records none)."""
+    with span("read_parent", kind="retrieval", link=1) as s:
+        s.set(output=parent.task.evaluated_model_output)
+    return _follow(parent)
 
 
 # -- repeats, the cache and metric gates on Dask (test_costs_repeats_metrics.py)

@@ -21,22 +21,30 @@ from prefect.client.orchestration import get_client
 
 from patronus_tasks import QualityGateError, run_experiment
 
-from .shared_steps import answer, follow_up, size, upper_judge
+from .shared_steps import answer, follow_up_traced, size, upper_judge
 from .waits import task_runs_with_states
 
 KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok", "ok", "flaky"]
 #: Columns that differ from run to run whatever the backend: wall times, tracebacks
 #: (file paths and frames of the process that ran the call), and the data's `run` column.
-VARYING = ["evaluation_duration_s", "task_duration_s", "error_traceback", "run"]
+VARYING = ["evaluation_duration_s", "task_duration_s", "error_traceback", "run", "task_started_at",
+           "evaluation_started_at", "task_spans", "evaluation_spans"]
 
 
 def _run(backend: str, results_dir: Path, **options: Any) -> Any:
     data = [{"kind": k, "text": f"t{i}", "run": backend} for i, k in enumerate(KINDS)]
     return run_experiment("backends", data=data, experiment_name=f"same-{backend}",
                           chain=[{"task": answer, "evaluators": [upper_judge, size]},
-                                 {"task": follow_up}],
+                                 {"task": follow_up_traced}],
                           backend=backend, results_dir=results_dir / backend,
                           print_summary=False, max_concurrency=3, **options)
+
+
+def _spans(exp: Any) -> list[tuple[Any, ...]]:
+    """Where each span ran and what it was (ids and times differ from run to run)."""
+    df = exp.spans()
+    return sorted(zip(df.sample_id, df.link_index, df.step, df.name, df.kind, df.output,
+                      df.attributes, strict=True))
 
 
 def _comparable(exp: Any) -> pd.DataFrame:
@@ -69,12 +77,12 @@ def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
     # you, its two worker processes and what each of them writes.
     from distributed import LocalCluster
 
-    frames, records, again = {}, {}, {}
+    frames, records, again, spans = {}, {}, {}, {}
     with LocalCluster(n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster:
         for backend in ("local", "prefect", "dask"):
             where = {"dask_address": cluster.scheduler_address} if backend == "dask" else {}
             exp = _gated(backend, results_dir, **where)
-            frames[backend] = _comparable(exp)
+            frames[backend], spans[backend] = _comparable(exp), _spans(exp)
             retried = _run(backend, results_dir, retry_errors=True, **where)
             assert retried.path == exp.path
             again[backend] = _comparable(retried)
@@ -87,11 +95,16 @@ def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
     pd.testing.assert_frame_equal(again["prefect"], again["local"])
     pd.testing.assert_frame_equal(again["dask"], again["local"])
     assert records["dask"] == records["prefect"]
+    # the chained task's span, the same on every backend; on Prefect a task run nested in it
+    assert spans["dask"] == spans["prefect"] == spans["local"]
+    assert [(s[0], s[3]) for s in spans["local"]] == [
+        (sid, "read_parent") for sid in ("1", "2", "5", "6", "7", "8")]
     first, retry = records["prefect"]
+    assert first["read_parent-1"] == ("COMPLETED", "Completed", 1)
     assert first["answer-2"] == ("COMPLETED", "Completed", 2)  # one retry used
     assert first["answer-3"] == ("FAILED", "Failed", 3)
     assert first["upper_judge-5"][:2] == ("FAILED", "TimedOut")
-    assert "follow_up-1-link1" in first and "follow_up-4-link1" not in first  # None stops
+    assert "follow_up_traced-1-link1" in first and "follow_up_traced-4-link1" not in first  # None stops
     # retry_errors calls again only what failed: the broken task, the timed-out judge.
     assert set(retry) == {"answer-3", "upper_judge-5"}
     df = frames["local"]
