@@ -87,14 +87,16 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
         "experiment otel/traced": None, "row r1": "experiment otel/traced",
         "task answer": "row r1", "evaluator sunny": "row r1",
         "openai.chat": "task answer", "retrieve": "task answer", "embed": "retrieve",
-        "agent": "task answer", "chat local-policy": "agent", "weather": "agent"}
+        "invoke_agent agent": "task answer", "chat local-policy": "invoke_agent agent",
+        "weather": "invoke_agent agent"}
     assert spans["chat local-policy"]["attributes"]["gen_ai.operation.name"] == "chat"
     assert spans["chat local-policy"]["attributes"]["gen_ai.request.model"] == "local-policy"
     assert spans["chat local-policy"]["attributes"]["gen_ai.usage.input_tokens"] > 0
     tool = spans["weather"]["attributes"]
     assert tool["gen_ai.operation.name"] == "execute_tool" and tool["gen_ai.tool.name"] == "weather"
     assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"city": "Paris"}
-    assert spans["agent"]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    assert spans["invoke_agent agent"]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    assert spans["invoke_agent agent"]["attributes"]["gen_ai.agent.name"] == "agent"
     assert spans["openai.chat"]["attributes"]["gen_ai.usage.input_tokens"] == 11
     events = spans["task answer"]["events"]
     assert events == [("gen_ai.evaluation.result", {

@@ -4,7 +4,7 @@ The loop: ask the model with the conversation and the tools' schemas; run each t
 makes (its arguments checked against the tool's schema) and feed the results back; stop at
 an answer without tool calls, or at the step or token budget (then the row's task error,
 `BudgetExceeded`, its spans kept). Every model call is an ``llm`` span and every tool call a
-``tool`` span named after the tool, both under one ``agent`` span. A tool that raises, a
+``tool`` span named after the tool, both under one ``agent`` span (``invoke_agent <name>``). A tool that raises, a
 tool that does not exist and malformed arguments are told to the model as the tool's
 result (``error: ...``), recorded as that tool span's error: never the row's crash.
 """
@@ -128,7 +128,10 @@ class AgentTask(Task):
     async def execute(self, evaluated_model_input: Any,
                       evaluated_model_system_prompt: str | None = None) -> TaskResult:
         run = _Run(self, as_messages(evaluated_model_input, evaluated_model_system_prompt or self.system))
-        with span(self.name, kind="agent", model=self.model, tools=list(self.tools)) as s:
+        # Named as the GenAI conventions name an agent's span (not the task's own name:
+        # its task run sits right above this one).
+        with span(f"invoke_agent {self.name}", kind="agent", model=self.model,
+                  tools=list(self.tools)) as s:
             answer = await self._loop(run)
             # Its tokens are its model calls' (their spans): not set here, or a sum over
             # spans.parquet would count them twice.

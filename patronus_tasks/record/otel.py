@@ -75,7 +75,7 @@ def span_attributes(s: SpanData) -> dict[str, Any]:
         found["gen_ai.tool.call.arguments"] = s.arguments
         found["gen_ai.tool.call.result"] = s.output
     elif s.kind == "agent":
-        found["gen_ai.agent.name"] = s.name
+        found["gen_ai.agent.name"] = s.name.removeprefix("invoke_agent ")
     if s.model:
         found["gen_ai.request.model"] = s.model
     for key, value in (("gen_ai.usage.input_tokens", s.input_tokens),

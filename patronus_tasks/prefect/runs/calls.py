@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import logging
 from typing import Any, Protocol
 
 from patronus_tasks.prefect.events import (
@@ -106,6 +107,10 @@ class RecordingStepRunner(LocalStepRunner):
                                     None, start, 0, 0.0, span_inputs(s),
                                     parent=ids.get(s.parent_id or "", call_id), key=key),
                                span_state(s), 1, end)
+            if s.error is not None:  # said in its log too: the page a failed run opens on
+                self.sink.log({"name": "patronus_tasks", "level": logging.WARNING,
+                               "message": f"{s.kind} span {s.name!r} failed: {s.error}",
+                               "timestamp": end.isoformat(), "task_run_id": ids[s.span_id]})
 
     def _log(self, inv: Invocation, call: Call, state: State) -> None:
         line = call_log(inv, state)
