@@ -4,9 +4,10 @@ The loop: ask the model with the conversation and the tools' schemas; run each t
 makes (its arguments checked against the tool's schema) and feed the results back; stop at
 an answer without tool calls, or at the step or token budget (then the row's task error,
 `BudgetExceeded`, its spans kept). Every model call is an ``llm`` span and every tool call a
-``tool`` span named after the tool, both under one ``agent`` span (``invoke_agent <name>``). A tool that raises, a
-tool that does not exist and malformed arguments are told to the model as the tool's
-result (``error: ...``), recorded as that tool span's error: never the row's crash.
+``tool`` span named after the tool, both under one ``agent`` span (``invoke_agent <name>``).
+A tool that raises, a tool that does not exist and malformed arguments are told to the
+model as the tool's result (``error: ...``), recorded as that tool span's error: never the
+row's crash.
 """
 
 from __future__ import annotations
