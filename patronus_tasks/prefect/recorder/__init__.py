@@ -3,7 +3,8 @@
     recording.py  the experiment process's side: the process, its threads, a `Recording`
     channel.py    the frames on the pipe between the two processes (`prefect.protocol`:
                   what they say)
-    main.py       the process itself (``python -m patronus_tasks.prefect.recorder.main``)
+    main.py       the process itself (``python -m patronus_tasks.prefect.recorder``: its
+                  ``__main__`` defers two unused modules Prefect imports, see `lazy`)
     taskruns.py   `TaskRunRecorder`: task runs and their states posted as Prefect events
     backlog.py    what is held after a stall, and asked of the server (the pace a server
                   that limits the rate allows: `http.Pace`)

@@ -205,7 +205,7 @@ class RecorderProcess:
         self._opened: set[str] = set()  # recordings whose opening was sent
         self._closing = False
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "patronus_tasks.prefect.recorder.main"],
+            [sys.executable, "-m", "patronus_tasks.prefect.recorder"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             process_group=0)  # Ctrl-C in a terminal interrupts the rows, not their recording
         threading.Thread(target=self._write, name="patronus-tasks-recorder-writer",
