@@ -4,6 +4,7 @@ HTTP servers that record requests and misbehave on demand."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,11 @@ def test_remote_evaluator_creates_criteria_and_scores_each_row(
     assert df["evaluation_duration_s"].tolist() == [0.5, 0.5]
     assert df["evaluator_name"].tolist() == ["is-on-point"] * 2
     assert '"positions": []' in df["evaluation_metadata"][0]
+    # each remote judgement is a model call made elsewhere: an llm span, no key in it
+    spans = [json.loads(s)[0] for s in df["evaluation_spans"]]
+    assert [(s["name"], s["kind"], s["model"]) for s in spans] == [
+        ("patronus custom-large", "llm", "custom-large:is-on-point")] * 2
+    assert KEY not in df.to_csv()
 
 
 def test_criteria_update_needs_allow_update(patronus: tuple[FakeServer, PatronusAPI],

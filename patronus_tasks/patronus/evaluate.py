@@ -20,6 +20,7 @@ from patronus_tasks.patronus.evaluators import (
     context_list,
     evaluate_payload,
     parse_evaluation,
+    post_evaluate,
 )
 
 #: What ``Client.evaluate`` passes on (the SDK's keywords).
@@ -36,8 +37,9 @@ async def evaluate_remote(endpoint: Endpoint, evaluator: str, criteria: str | No
     """One evaluation by a Patronus evaluator."""
     payload = evaluate_payload(evaluator, criteria, explain_strategy, tags=tags, **fields)
     payload.update({k: v for k, v in extras.items() if v is not None})
-    body, attempts = await endpoint.request("POST", "/v1/evaluate", json=payload)
+    body, attempts = await post_evaluate(endpoint, payload)
     return parse_evaluation(body, attempts)
+
 
 
 async def evaluate_local(name: str, fn: Callable[..., Any], *, fields: dict[str, Any],

@@ -14,6 +14,7 @@ from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usa
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.exceptions import ConfigError, RemoteAPIError
 from patronus_tasks.http import Endpoint
+from patronus_tasks.trace.spans import span
 
 
 def _config_diff(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
@@ -104,7 +105,7 @@ class RemoteEvaluator(Evaluator):
             evaluated_model_input=evaluated_model_input,
             evaluated_model_output=evaluated_model_output,
             evaluated_model_gold_answer=evaluated_model_gold_answer)
-        body, attempts = await self.endpoint.request("POST", "/v1/evaluate", json=payload)
+        body, attempts = await post_evaluate(self.endpoint, payload)
         return parse_evaluation(body, attempts, {"criteria_revision": self.criteria_revision})
 
     def cache_identity(self) -> dict[str, Any]:
@@ -158,3 +159,16 @@ def _usage(res: dict[str, Any], first: dict[str, Any]) -> Usage | None:
         return None
     family = res.get("evaluator_family") or first.get("evaluator_id") or res.get("evaluator_id")
     return Usage.of(usage, f"patronus:{family}" if family else None)
+
+
+async def post_evaluate(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[Any, int]:
+    """``POST /v1/evaluate`` inside an ``llm`` span (a Patronus judge is a model call made
+    elsewhere): named ``patronus <evaluator>``, the evaluator and criteria as its model,
+    the verdict as its output. The payload has no credential (the key is a header)."""
+    spec = (payload.get("evaluators") or [{}])[0]
+    who = spec.get("evaluator")
+    with span(f"patronus {who}", kind="llm", provider="patronus",
+              model=":".join(str(v) for v in (who, spec.get("criteria")) if v)) as s:
+        body, attempts = await endpoint.request("POST", "/v1/evaluate", json=payload)
+        s.set(output=body, http_attempts=attempts)
+    return body, attempts
