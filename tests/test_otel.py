@@ -111,4 +111,17 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
     assert captured["retrieve"]["kind"] == "retrieval"
     assert captured["retrieve"]["arguments"] == "paris weather"
     assert captured["embed"]["parent_id"] == captured["retrieve"]["span_id"]
-    assert out["reports"]["opentelemetry"] == {"spans": len(got.spans), "flushed": True}
+    assert out["reports"]["opentelemetry"] == {"spans": len(got.spans), "flushed": True, "failed": 0}
+
+
+def test_a_receiver_that_is_down_is_reported_never_the_runs_failure(tmp_path: Path) -> None:
+    script = tmp_path / "traced.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "PYTHONPATH": str(ROOT),
+           "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])["reports"]["opentelemetry"]
+    assert report["flushed"] is False and report["failed"] == report["spans"] > 0
+    assert "could not be exported (is the OTEL_EXPORTER_OTLP_ENDPOINT receiver up?)" in done.stderr

@@ -111,6 +111,14 @@ def test_a_timed_out_call_keeps_its_spans_closed_as_failed(results_dir: Path) ->
     assert spans["error"].str.startswith("CancelledError").all()
 
 
+def test_each_repeat_keeps_its_own_spans(results_dir: Path) -> None:
+    ex = _run(results_dir, agent, repeats=2)
+    spans = ex.spans()
+    assert sorted(spans.groupby(["sample_id", "repeat"]).size().items()) == [
+        (("a", 1), 4), (("a", 2), 4), (("b", 1), 4), (("b", 2), 4)]
+    assert spans["span_id"].is_unique
+
+
 def test_a_cached_call_keeps_the_spans_it_recorded(results_dir: Path) -> None:
     calls: list[str] = []
 

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("patronus_tasks.otel")
 _PROVIDER: Any = None
+#: Spans the exporter delivered and those it gave up on (the SDK retries for up to its
+#: timeout, OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default), for the run's report.
+_SENT = {"exported": 0, "failed": 0}
+_FLUSH_MS = 15_000
 _OPERATIONS = {"llm": "chat", "tool": "execute_tool", "agent": "invoke_agent"}
 
 
@@ -49,8 +53,27 @@ def _provider() -> Any:
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
                                     or "patronus-tasks"})
         _PROVIDER = TracerProvider(resource=resource)
-        _PROVIDER.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        _PROVIDER.add_span_processor(BatchSpanProcessor(_counting(OTLPSpanExporter())))
     return _PROVIDER
+
+
+def _counting(exporter: Any) -> Any:
+    """``exporter``, counting what it delivered and what it gave up on (`_SENT`)."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Counting(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            result = exporter.export(spans)
+            _SENT["exported" if result == SpanExportResult.SUCCESS else "failed"] += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return bool(exporter.force_flush(timeout_millis))
+
+    return Counting()
 
 
 def _plain(value: Any) -> Any:
@@ -209,14 +232,20 @@ class OtelExporter:
         if manifest.flow_run_id:
             self._root.set_attribute("prefect.flow_run.id", manifest.flow_run_id)
         self._root.end()
-        flushed = bool(_provider().force_flush(30_000))
-        return {"spans": self.spans + 1, "flushed": flushed}
+        before = dict(_SENT)
+        flushed = bool(_provider().force_flush(_FLUSH_MS))
+        failed = _SENT["failed"] - before["failed"]
+        if failed or not flushed:
+            logger.warning("OpenTelemetry: %d spans of %s could not be exported (is the "
+                           "OTEL_EXPORTER_OTLP_ENDPOINT receiver up?); the results are written",
+                           failed, manifest.experiment_name)
+        return {"spans": self.spans + 1, "flushed": flushed and not failed, "failed": failed}
 
     def cancel(self) -> None:
         if self._tracer is not None:
             self._failed(self._root, "interrupted")
             self._root.end()
-            _provider().force_flush(5_000)
+            _provider().force_flush(5_000)  # interrupted: a short wait only
 
 
 def reporters() -> list[OtelExporter]:
