@@ -95,8 +95,10 @@ def as_messages(value: Any, system: str | None = None) -> list[dict[str, Any]]:
     if isinstance(value, str):
         messages: list[dict[str, Any]] = [{"role": "user", "content": value}]
     elif hasattr(value, "tolist") or isinstance(value, list | tuple):
-        messages = [dict(m) for m in (value.tolist() if hasattr(value, "tolist") else value)
-                    if isinstance(m, dict) and "role" in m] if value is not None else []
+        padded = hasattr(value, "tolist")  # from Parquet: every key of any message, null
+        messages = [{k: v for k, v in m.items() if v is not None or not padded}
+                    for m in (value.tolist() if padded else value)
+                    if isinstance(m, dict) and "role" in m]
         if not messages or len(messages) != len(value):
             raise DatasetError(f"evaluated_model_input is a list but not of chat messages "
                                f"({{'role': ..., 'content': ...}}): {str(value)[:200]!r}. Give a "

@@ -70,7 +70,7 @@ def scripted(req: Recorded) -> Reply:
 
 ROWS = [
     {"sid": "ok", "evaluated_model_input": "Weather in Paris and Oslo?",
-     "expected_tool_calls": [{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}},
+     "expected_tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}},  # as sent
                              {"name": "weather", "arguments": {"city": "Oslo", "unit": "F"}}]},
     {"sid": "raise", "evaluated_model_input": "RAISE", "expected_tool_calls": []},
     {"sid": "unknown", "evaluated_model_input": "UNKNOWN", "expected_tool_calls": []},
@@ -238,3 +238,19 @@ def test_the_bundled_agent_flow_runs_offline_with_a_local_policy(
     spans = ex.spans()
     nested = [r for r in runs if r.task_key.startswith("span-")]
     assert len(nested) == len(spans) == 36  # every span a task run
+
+
+def test_expected_calls_and_conversations_read_back_from_parquet(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from patronus_tasks.define.row import Row
+    from patronus_tasks.evaluators.agentic import expected_calls
+
+    for i, row in enumerate((ROWS[0], ROWS[-1])):
+        pd.DataFrame([row]).to_parquet(tmp_path / f"{i}.parquet")
+    # read back, a list of objects is an array of structs: every key of any item, null
+    first, conversation = (pd.read_parquet(tmp_path / f"{i}.parquet").iloc[0] for i in (0, 1))
+    calls = expected_calls("expected_tool_calls", Row(first), "t")
+    assert [(c.name, c.arguments) for c in calls] == [("weather", {"city": "Paris"}),
+                                                      ("weather", {"city": "Oslo", "unit": "F"})]
+    assert as_messages(conversation["evaluated_model_input"]) == ROWS[-1]["evaluated_model_input"]

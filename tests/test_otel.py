@@ -59,7 +59,9 @@ def sunny(evaluated_model_output: str) -> bool:
     return "sunny" in evaluated_model_output
 
 
-ex = run_experiment("otel", data=[{"sid": "r1", "evaluated_model_input": "Weather in Paris?"}],
+rows = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+data = [{"sid": f"r{i}", "evaluated_model_input": "Weather in Paris?"} for i in range(1, rows + 1)]
+ex = run_experiment("otel", data=data,
                     task=answer, evaluators=[sunny], backend="local", results_dir=sys.argv[1],
                     experiment_name="traced", print_summary=False, html_report=False)
 print(json.dumps({"spans": ex.spans().drop(columns=["start", "end"]).to_dict("records"),
@@ -111,7 +113,8 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
     assert captured["retrieve"]["kind"] == "retrieval"
     assert captured["retrieve"]["arguments"] == "paris weather"
     assert captured["embed"]["parent_id"] == captured["retrieve"]["span_id"]
-    assert out["reports"]["opentelemetry"] == {"spans": len(got.spans), "flushed": True, "failed": 0}
+    assert out["reports"]["opentelemetry"] == {"spans": len(got.spans), "exported": len(got.spans),
+                                               "failed": 0}
 
 
 def test_a_receiver_that_is_down_is_reported_never_the_runs_failure(tmp_path: Path) -> None:
@@ -123,5 +126,21 @@ def test_a_receiver_that_is_down_is_reported_never_the_runs_failure(tmp_path: Pa
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])["reports"]["opentelemetry"]
-    assert report["flushed"] is False and report["failed"] == report["spans"] > 0
-    assert "could not be exported (is the OTEL_EXPORTER_OTLP_ENDPOINT receiver up?)" in done.stderr
+    assert report["exported"] == 0 and report["failed"] == report["spans"] > 0
+    assert "not exported (the receiver refused or did not answer; is the " in done.stderr
+
+
+def test_a_big_run_goes_out_in_batches_and_none_is_dropped(tmp_path: Path) -> None:
+    script = tmp_path / "traced.py"
+    script.write_text(SCRIPT)
+    with otlp_receiver() as got:
+        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": got.url, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "results"), "150"],
+                              env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])["reports"]["opentelemetry"]
+    # per row: the row, its task and evaluator, 3 user spans, the agent, 2 model calls, a tool
+    assert report == {"spans": 1 + 150 * 10, "exported": 1 + 150 * 10, "failed": 0}
+    assert len(got.spans) == report["spans"] and len(got.paths) >= 3  # batches of 512
+    rows = [s for s in got.spans if s["name"].startswith("row ")]
+    assert len(rows) == 150 and len({s["trace_id"] for s in got.spans}) == 1

@@ -129,12 +129,23 @@ def test_a_cached_call_keeps_the_spans_it_recorded(results_dir: Path) -> None:
             s.set(input_tokens=1000, output_tokens=100, output="done")
         return "done"
 
-    first = _run(results_dir, cached)
-    again = _run(results_dir, cached)
+    from patronus_tasks.evaluators import budget
+
+    checks = [budget(max_cost=0.0001, name="cheap"), budget(max_seconds=60, name="quick")]
+    first = _run(results_dir, cached, checks)
+    again = _run(results_dir, cached, checks)
+    # a cached call judged by what it did: its spans' cost and extent, not "free" nor unknown
+    for run in (first, again):
+        verdicts = run.to_dataframe().groupby("evaluator_name")["pass"].apply(list).to_dict()
+        assert verdicts == {"cheap": [False, False], "quick": [True, True]}
     assert calls == ["alpha", "beta"]  # the second run called nothing
-    assert again.to_dataframe()["task_cached"].tolist() == [True, True]
+    assert again.to_dataframe()["task_cached"].tolist() == [True] * 4
     s1, s2 = first.spans(), again.spans()
-    assert s2["span_id"].tolist() == s1["span_id"].tolist()
+    # what they recorded, as this run's spans: new ids, this run's times, marked cached
+    same = ["sample_id", "name", "kind", "model", "input_tokens", "output_tokens", "output"]
+    assert s2[same].to_dict("records") == s1[same].to_dict("records")
+    assert not set(s2["span_id"]) & set(s1["span_id"]) and (s2["start"] > s1["end"].max()).all()
+    assert [json.loads(a) for a in s2["attributes"]] == [{"cached": True}] * 2
     # priced at the experiment's prices: 1000 in, 100 out at gpt-4o-mini's
     assert s1["cost"].tolist() == pytest.approx([0.00021, 0.00021])
 
@@ -219,3 +230,33 @@ def test_the_html_report_shows_a_rows_spans_as_a_tree(results_dir: Path) -> None
         text = b.js("document.querySelector('#detail .spans').innerText")
     assert tree == [["plan", 6], ["search", 22], ["fetch_doc", 22], ["fetch_doc", 22]]
     assert "agent" in text and " ms" in text
+
+
+def test_retries_odd_attributes_and_mistyped_fields_never_cost_the_row(results_dir: Path) -> None:
+    tries: dict[str, int] = {}
+
+    @task(retries=1, retry_delay_seconds=0)
+    def flaky(evaluated_model_input: str) -> str:
+        tries[evaluated_model_input] = tries.get(evaluated_model_input, 0) + 1
+        with span("search", kind="tool", by_id={1: "x"}, huge=2**70) as s:
+            s.set(input_tokens=12.5, output_tokens="7", model="m")
+        if tries[evaluated_model_input] == 1:
+            raise ConnectionError("first attempt fails")
+        return "ok"
+
+    seen: list[int] = []
+
+    @evaluator
+    def one_search(trace: Trace) -> bool:
+        seen.append(len(trace.tool_calls()))
+        return True
+
+    ex = _run(results_dir, flaky, [one_search])
+    assert ex.to_dataframe()["status"].tolist() == ["ok", "ok"]
+    assert seen == [1, 1]  # the evaluators judge the last attempt
+    spans = ex.spans()
+    attrs = [json.loads(a) for a in spans[spans.sample_id == "a"]["attributes"]]
+    assert attrs == [{"by_id": {"1": "x"}, "huge": str(2**70), "input_tokens": 12.5,
+                      "failed_attempt": 1},
+                     {"by_id": {"1": "x"}, "huge": str(2**70), "input_tokens": 12.5}]
+    assert spans["output_tokens"].tolist() == [7] * 4 and spans["input_tokens"].isna().all()

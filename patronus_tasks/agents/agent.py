@@ -55,7 +55,8 @@ class _Run:
         """Make one tool call the model asked for; its result (or error) goes back to it."""
         function = request.get("function") or {}
         name, raw = str(function.get("name")), function.get("arguments")
-        with span(name, kind="tool", arguments=raw, tool_call_id=request.get("id")) as s:
+        # The arguments as the model sent them (a trajectory compares those), not as checked.
+        with span(name, kind="tool", arguments=_parsed(raw), tool_call_id=request.get("id")) as s:
             try:
                 result, error = await self._call(name, raw, s), None
             except Exception as exc:  # the tool's failure is the model's to handle
@@ -72,9 +73,7 @@ class _Run:
         if tool is None:
             raise ToolError(f"no tool named {name!r}; the tools are "
                             f"{', '.join(self.agent.tools) or 'none'}")
-        arguments = tool.check(raw)
-        s.set(arguments=arguments)
-        result = await tool.call(arguments)
+        result = await tool.call(tool.check(raw))
         s.set(output=result)
         return result
 

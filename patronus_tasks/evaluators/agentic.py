@@ -50,9 +50,17 @@ def expected_calls(expected: str | Sequence[Any], row: Row | None, owner: str) -
                                "missing. Fill it with a list of {\"name\", \"arguments\"} objects.")
         if isinstance(value, str):
             value = json.loads(value)
-    items = value.tolist() if hasattr(value, "tolist") else list(value)
+    if hasattr(value, "tolist"):  # from Parquet: a struct per call, every key of any call
+        return [ToolCall(str(c["name"]), _unpadded(c.get("arguments"))) for c in value.tolist()]
     return [ToolCall(str(c["name"]), c.get("arguments")) if isinstance(c, dict) else ToolCall(str(c))
-            for c in items]
+            for c in value]
+
+
+def _unpadded(arguments: Any) -> Any:
+    """Arguments read from Parquet without the keys other calls had (null here)."""
+    if not isinstance(arguments, dict):
+        return arguments
+    return {k: _unpadded(v) for k, v in arguments.items() if v is not None}
 
 
 def _shown(calls: Sequence[ToolCall]) -> str:

@@ -102,6 +102,8 @@ class Unkeyable(TypeError):
 def _canonical(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
+    if hasattr(value, "cache_key"):  # a task's Trace: what its spans recorded
+        return value.cache_key()
     if isinstance(value, pd.Series):  # a Row: its values by column
         return {str(k): v for k, v in value.items()}
     if hasattr(value, "isoformat"):
@@ -202,7 +204,8 @@ class CallCache:
         """Store the answer of this call and its spans (whole: see the module's note)."""
         data = orjson.dumps({"format": FORMAT, "key": key, "kind": step.kind, "step": step.name,
                              "created": time.time(), "value": _dump(value),
-                             "spans": [s.to_dict() for s in spans or ()]}, default=str)
+                             "spans": [s.to_dict() for s in spans or ()]}, default=str,
+                            option=orjson.OPT_NON_STR_KEYS)
         try:
             if self.location.is_local:
                 self._put_local(self._entry(step, key), data)

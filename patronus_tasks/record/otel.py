@@ -3,8 +3,9 @@ Jaeger or Datadog: the `OtelExporter` reporter, on when ``OTEL_EXPORTER_OTLP_END
 
 The tree: ``experiment <project>/<name>`` > ``row <sid>`` > ``task <name>`` and
 ``evaluator <name>`` > the spans recorded inside each call (their own nesting kept). Each
-row goes out as it ends (from its records: whatever backend ran it), with its real start
-and end times; the experiment's span when the run ends. Model calls carry the GenAI
+row's spans are made as it ends (from its records: whatever backend ran it), with their
+real start and end times, and sent in requests of `BATCH` spans; the rest and the
+experiment's span when the run ends. Model calls carry the GenAI
 semantic conventions (``gen_ai.operation.name`` ``chat``, ``gen_ai.request.model``,
 ``gen_ai.usage.input_tokens``/``output_tokens``), tool calls ``execute_tool`` and
 ``gen_ai.tool.name``, agents ``invoke_agent``; each evaluation result is a
@@ -16,8 +17,11 @@ experiment's failure.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import threading
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.record.records import STATUS_ERROR, Record
@@ -30,50 +34,57 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("patronus_tasks.otel")
 _PROVIDER: Any = None
-#: Spans the exporter delivered and those it gave up on (the SDK retries for up to its
-#: timeout, OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default), for the run's report.
-_SENT = {"exported": 0, "failed": 0}
-_FLUSH_MS = 15_000
+_EXPORTER: Any = None
 _OPERATIONS = {"llm": "chat", "tool": "execute_tool", "agent": "invoke_agent"}
+#: Spans sent in one request: a row's spans wait until this many are ended, then the row
+#: that filled the batch waits for it to go (so a slow receiver slows the rows, never
+#: drops spans, as a full queue of the SDK's batch processor would, silently).
+BATCH = 512
 
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+class _Pending:
+    """Ended spans waiting to be sent (the provider's span processor)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> list[Any]:
+        with self._lock:
+            taken, self.spans = self.spans, []
+        return taken
+
+    def add(self, span: Any) -> None:
+        with self._lock:
+            self.spans.append(span)
+
+
+_PENDING = _Pending()
+
+
 def _provider() -> Any:
-    """The process's exporting provider (not the global one: the user's stays theirs)."""
-    global _PROVIDER
+    """The process's exporting provider (never the global one: the user's stays theirs);
+    its ended spans wait in `_PENDING` until a reporter sends them."""
+    global _PROVIDER, _EXPORTER
     if _PROVIDER is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+        class Processor(SpanProcessor):
+            def on_end(self, span: Any) -> None:
+                _PENDING.add(span)
 
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
                                     or "patronus-tasks"})
         _PROVIDER = TracerProvider(resource=resource)
-        _PROVIDER.add_span_processor(BatchSpanProcessor(_counting(OTLPSpanExporter())))
+        _PROVIDER.add_span_processor(Processor())
+        _EXPORTER = OTLPSpanExporter()
     return _PROVIDER
-
-
-def _counting(exporter: Any) -> Any:
-    """``exporter``, counting what it delivered and what it gave up on (`_SENT`)."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class Counting(SpanExporter):
-        def export(self, spans: Any) -> Any:
-            result = exporter.export(spans)
-            _SENT["exported" if result == SpanExportResult.SUCCESS else "failed"] += len(spans)
-            return result
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30_000) -> bool:
-            return bool(exporter.force_flush(timeout_millis))
-
-    return Counting()
 
 
 def _plain(value: Any) -> Any:
@@ -118,10 +129,11 @@ class OtelExporter:
     def __init__(self) -> None:
         self._tracer: Any = None
         self._root: Any = None
-        self.spans = 0
+        self.spans = self.exported = self.failed = 0
+        self.down: str | None = None  # why the receiver took no more (then none is sent)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spans": 0, "_tracer": None, "_root": None}  # made again where it runs
+        return {**OtelExporter().__dict__}  # made again where it runs
 
     async def start(self, run: RunFacts) -> None:
         try:
@@ -136,15 +148,35 @@ class OtelExporter:
             logger.warning("OpenTelemetry export is off for this run: %s: %s", type(exc).__name__, exc)
             self._tracer = None
 
-    def add(self, records: list[Record]) -> None:
+    def add(self, records: list[Record]) -> Awaitable[None] | None:
         if self._tracer is None or not records:
-            return
+            return None
         try:
             self._row(records)
         except Exception as exc:
             logger.warning("OpenTelemetry: row %s not exported: %s: %s", records[0].sid,
                            type(exc).__name__, exc)
+        if len(_PENDING.spans) >= BATCH:
+            return asyncio.to_thread(self._send, _PENDING.take())
+        return None
 
+    def _send(self, batch: list[Any]) -> None:
+        """One request; after a failure, nothing more is sent this run (counted failed):
+        a receiver that is down costs the rows one exporter timeout, not one per batch."""
+        if not batch:
+            return
+        if self.down is None:
+            from opentelemetry.sdk.trace.export import SpanExportResult
+
+            try:
+                ok = _EXPORTER.export(batch) == SpanExportResult.SUCCESS
+            except Exception as exc:  # the exporter's own retries are behind it
+                ok, self.down = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                self.exported += len(batch)
+                return
+            self.down = self.down or "the receiver refused or did not answer"
+        self.failed += len(batch)
     def _context(self, parent: Any) -> Any:
         from opentelemetry import trace
 
@@ -232,20 +264,18 @@ class OtelExporter:
         if manifest.flow_run_id:
             self._root.set_attribute("prefect.flow_run.id", manifest.flow_run_id)
         self._root.end()
-        before = dict(_SENT)
-        flushed = bool(_provider().force_flush(_FLUSH_MS))
-        failed = _SENT["failed"] - before["failed"]
-        if failed or not flushed:
-            logger.warning("OpenTelemetry: %d spans of %s could not be exported (is the "
+        await asyncio.to_thread(self._send, _PENDING.take())
+        if self.failed:
+            logger.warning("OpenTelemetry: %d of %d spans of %s not exported (%s; is the "
                            "OTEL_EXPORTER_OTLP_ENDPOINT receiver up?); the results are written",
-                           failed, manifest.experiment_name)
-        return {"spans": self.spans + 1, "flushed": flushed and not failed, "failed": failed}
+                           self.failed, self.spans + 1, manifest.experiment_name, self.down)
+        return {"spans": self.spans + 1, "exported": self.exported, "failed": self.failed}
 
     def cancel(self) -> None:
-        if self._tracer is not None:
+        if self._tracer is not None:  # interrupted: what ended goes out, the run's span failed
             self._failed(self._root, "interrupted")
             self._root.end()
-            _provider().force_flush(5_000)  # interrupted: a short wait only
+            self._send(_PENDING.take())
 
 
 def reporters() -> list[OtelExporter]:

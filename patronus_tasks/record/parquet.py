@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from patronus_tasks.record.manifest import Manifest
     from patronus_tasks.record.recorder import RunFacts
 
+logger = logging.getLogger("patronus_tasks")
 RESULTS_FILE = "results.parquet"
 PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see record/resume.py)
 MANIFEST_FILE = "manifest.json"
@@ -202,7 +204,11 @@ class ParquetSink:
         table = (order.apply(table) if order else table).replace_schema_metadata(schema.metadata)
         with final.atomic_output() as out, pq.ParquetWriter(out, schema) as writer:
             writer.write_table(table)
-        write_spans(self.out_dir, table)
+        try:
+            write_spans(self.out_dir, table)
+        except Exception as exc:  # the results are written: spans.parquet is read from them
+            logger.warning("spans.parquet not written (%s: %s); Experiment.spans() reads the "
+                           "spans from the results", type(exc).__name__, exc)
         remove_parts(self.out_dir)
         return final
 

@@ -47,7 +47,14 @@ from patronus_tasks.record.records import (
 )
 from patronus_tasks.record.resume import TASK, Replay, Replayed
 from patronus_tasks.trace import capture as _capture
-from patronus_tasks.trace.spans import Collector, SpanData, collecting, dump_spans
+from patronus_tasks.trace.spans import (
+    FAILED_ATTEMPT,
+    Collector,
+    SpanData,
+    collecting,
+    dump_spans,
+    renewed,
+)
 from patronus_tasks.trace.tree import Trace
 
 
@@ -102,10 +109,9 @@ class Invocation:
         """Call the step once; store the converted result, or the error and re-raise it."""
         self.attempts += 1
         start = time.perf_counter()
-        if self.collector is None:
-            self.collector, self.started = Collector(), time.time()
+        collector = self._new_collector()
         try:
-            with collecting(self.collector):  # the spans user code opens land here
+            with collecting(collector):  # the spans user code opens land here
                 raw = await self._call()
             self.value = self._convert(raw)
             self.error = None
@@ -137,10 +143,35 @@ class Invocation:
             "TimeoutError", f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
         )
 
+    def _new_collector(self) -> Collector:
+        """A collector for this attempt; an earlier attempt's spans kept, marked failed."""
+        if self.collector is None:
+            self.started = time.time()
+        else:
+            earlier = self.collector.harvest() or []
+            for span in earlier:
+                span.attributes[FAILED_ATTEMPT] = self.attempts - 1
+            self.spans = [*(self.spans or ()), *earlier] or None
+        self.collector = Collector()
+        return self.collector
+
     def harvest(self) -> None:
-        """Take the call's spans (those still open closed as failed: a crash, a timeout)."""
+        """Take the call's spans (those still open closed as failed: a crash, a timeout),
+        the earlier attempts' first."""
         if self.collector is not None:
-            self.spans = self.collector.harvest()
+            spans = [*(self.spans or ()), *(self.collector.harvest() or ())]
+            self.spans = spans or None
+            self.collector = None
+
+    def trace(self) -> Trace:
+        """What evaluators read of the call: its last attempt's spans, its wall time (a
+        cached call's: its spans' extent), what it cost (a cached one: what its spans did)."""
+        spans = [s for s in self.spans or () if FAILED_ATTEMPT not in s.attributes]
+        duration: float | None = self.duration if self.attempts else None
+        ends = [s.end for s in spans if s.end is not None]
+        if duration is None and spans and ends:
+            duration = max(ends) - min(s.start for s in spans)
+        return Trace(spans, duration, None if self.cached else self.cost)
 
 
 def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
@@ -272,8 +303,11 @@ class RowRunner:
         """Model calls' costs, from their tokens at the experiment's prices (``prices=``)."""
         for s in spans:
             if s.cost is None and s.model and s.input_tokens is not None:
-                s.cost = self.prices.cost(Usage(model=s.model, input_tokens=s.input_tokens,
-                                                output_tokens=s.output_tokens or 0))
+                try:
+                    s.cost = self.prices.cost(Usage(model=s.model, input_tokens=s.input_tokens,
+                                                    output_tokens=s.output_tokens or 0))
+                except ValueError:  # tokens a user's span gave that no price reads: unknown
+                    s.cost = None
 
     async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
         """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
@@ -283,8 +317,9 @@ class RowRunner:
             cache.unkeyable(inv.step, str(exc))
             return None
         hit = await cache.get(inv.step, key)
-        if hit is not None:
-            inv.value, inv.cached, inv.spans = hit.value, True, hit.spans
+        if hit is not None:  # its spans as this call's: new ids, now
+            inv.value, inv.cached = hit.value, True
+            inv.spans = renewed(hit.spans, time.time()) if hit.spans else None
         return key
 
     async def run(self, row: Sample, repeat: int | None = None) -> list[Record]:
@@ -323,7 +358,7 @@ class RowRunner:
                 records.append(_task_only(head, inv))
                 return Parent(task=inv.value, parent=parent), False
             result, upstream = inv.value, inv.handle
-            trace = Trace(inv.spans, inv.duration if inv.attempts else None, inv.cost)
+            trace = inv.trace()
         available = _available(row, parent, self.tags, result, trace)
         invs = await asyncio.gather(
             *(self._call(ev, idx, unit, available, upstream, replayed) for ev in link.evaluators)

@@ -8,9 +8,10 @@ attributes read as its kind, model, tokens, arguments and output, the rest kept 
 attributes. Spans ended outside any call are left alone (one context-variable read).
 
 `install` runs where rows run (each process's first `RowRunner`): when the global provider
-is an SDK one (the user configured OpenTelemetry), the processor is added to it; when
-none is set and ``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for export, a provider of ours is set
-globally so instrumentors record at all. With neither, nothing is imported.
+is an SDK one (the user configured OpenTelemetry, as ``phoenix.otel.register()`` or their
+own set-up does), the processor is added to it. None is ever set here: the global
+provider can be set once per process, and a user setting theirs later must not be
+refused. Without one, instrumentors record nothing, and nothing is imported.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import threading
 from typing import Any
 
-from patronus_tasks.trace.spans import SpanData, current_collector
+from patronus_tasks.trace.spans import SpanData, current_collector, cut, plain
 
 _INSTALLED: set[int] = set()
 _LOCK = threading.Lock()
@@ -77,7 +78,8 @@ def span_data(span: Any, fallback_parent: str | None) -> SpanData:
                     output_tokens=typed["output_tokens"], attributes=attributes)
     for name in ("arguments", "output"):
         if typed[name] is not None:
-            setattr(data, name, str(typed[name]))
+            setattr(data, name, cut(str(typed[name])))
+    data.attributes = {k: plain(v) for k, v in attributes.items()}  # texts cut, as ours
     return data
 
 
@@ -107,21 +109,15 @@ def _processor() -> Any:
 def install() -> bool:
     """Capture the user's OpenTelemetry spans inside calls (see the module's note); True
     when a provider captures them."""
-    if "opentelemetry.sdk.trace" not in sys.modules and not export_wanted():
-        return False  # no SDK in use and no export asked: nothing records such spans
+    if "opentelemetry.sdk.trace" not in sys.modules:
+        return False  # no SDK in use: nothing records such spans
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
     with _LOCK:
         provider = trace.get_tracer_provider()
         if not isinstance(provider, TracerProvider):
-            if not export_wanted():
-                return False
-            provider = TracerProvider()
-            trace.set_tracer_provider(provider)
-            provider = trace.get_tracer_provider()  # another thread's, if it won
-            if not isinstance(provider, TracerProvider):
-                return False
+            return False
         if id(provider) not in _INSTALLED:
             _INSTALLED.add(id(provider))
             provider.add_span_processor(_processor())

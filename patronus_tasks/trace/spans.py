@@ -31,14 +31,52 @@ KINDS = ("llm", "tool", "retrieval", "agent", "custom")
 #: Attributes that are typed fields of a span, not free attributes.
 TYPED = frozenset({"model", "input_tokens", "output_tokens", "cost", "output", "arguments", "error"})
 LEFT_OPEN = "left open: the call ended (it raised, timed out or crashed) before this span closed"
+#: The attribute marking the spans of an attempt that failed and was retried: kept (what
+#: it did is part of the run), out of the `Trace` evaluators read (the last attempt's).
+FAILED_ATTEMPT = "failed_attempt"
 
 
 def _dump(value: Any) -> str:
     try:
         text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # a value orjson cannot walk (a circular structure)
+    except TypeError:  # a value orjson cannot walk (circular, an int past 64 bits)
         text = orjson.dumps(repr(value)).decode()
+    return cut(text)
+
+
+def cut(text: str) -> str:
+    """``text`` cut at `MAX_VALUE_CHARS` (then ``...`` after)."""
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
+
+
+def plain(value: Any) -> Any:
+    """An attribute's value as JSON holds it: scalars as they are (texts cut), anything
+    else through its JSON form (dict keys as text; what JSON cannot hold, its ``str``)."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if -2**63 <= value < 2**63 else str(value)
+    if isinstance(value, str):
+        return cut(value)
+    text = _dump(value)
+    return orjson.loads(text) if len(text) <= MAX_VALUE_CHARS else text
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A typed field's value, or raise ValueError (then it is kept as an attribute)."""
+    if value is None:
+        return None
+    if key == "model" or key == "error":
+        return str(value)
+    if key in ("input_tokens", "output_tokens"):
+        count = int(value)
+        if (count != value and not isinstance(value, str)) or count < 0:
+            raise ValueError(value)
+        return count
+    price = float(value)  # cost
+    if price < 0:
+        raise ValueError(value)
+    return price
 
 
 def new_span_id() -> str:
@@ -148,10 +186,14 @@ class Span:
         for key, value in values.items():
             if key in ("output", "arguments"):
                 setattr(data, key, None if value is None else _dump(value))
-            elif key in TYPED:
-                setattr(data, key, value)
-            else:
-                data.attributes[key] = value
+                continue
+            if key in TYPED:
+                try:
+                    setattr(data, key, _typed(key, value))
+                    continue
+                except (TypeError, ValueError):  # not a count, a price: kept, as an attribute
+                    pass
+            data.attributes[key] = plain(value)
         return self
 
     def __enter__(self) -> Span:
@@ -197,7 +239,19 @@ def dump_spans(spans: list[SpanData] | None) -> str | None:
     """A call's spans as the JSON text of the results' ``*_spans`` columns and cache entries."""
     if not spans:
         return None
-    return orjson.dumps([s.to_dict() for s in spans], default=str).decode()
+    return orjson.dumps([s.to_dict() for s in spans], default=str,
+                        option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def renewed(spans: list[SpanData], start: float) -> list[SpanData]:
+    """Copies of a cached call's spans as this call's: new ids (parents following), their
+    times moved to start at ``start``; what they recorded kept."""
+    ids = {s.span_id: new_span_id() for s in spans}
+    shift = start - min(s.start for s in spans)
+    return [SpanData(ids[s.span_id], ids.get(s.parent_id or "", s.parent_id), s.name, s.kind,
+                     s.start + shift, None if s.end is None else s.end + shift, s.arguments,
+                     s.output, s.error, s.model, s.input_tokens, s.output_tokens, s.cost,
+                     {**s.attributes, "cached": True}) for s in spans]
 
 
 def load_spans(text: str | bytes | None) -> list[SpanData] | None:

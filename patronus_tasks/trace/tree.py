@@ -47,6 +47,12 @@ class Trace:
         self.spans: list[SpanData] = sorted(spans or (), key=lambda s: s.start)
         self.duration, self._cost = duration, cost
 
+    def cache_key(self) -> list[Any]:
+        """What the spans recorded, for a cache key (an evaluator reading ``trace`` answered
+        from the cache when the task did the same): no ids, no times."""
+        return [[s.name, s.kind, s.arguments, s.output, s.error, s.model, s.input_tokens,
+                 s.output_tokens] for s in self.spans]
+
     def __iter__(self) -> Iterator[SpanData]:
         return iter(self.spans)
 
