@@ -68,14 +68,16 @@ def test_a_busy_database_is_asked_again_soon_and_flow_runs_are_made_one_at_a_tim
     gate.busy_flow_runs = 3
     first = run_experiment("busy", data=_data(3), evaluators=[short], print_summary=False,
                            results_dir=results_dir / "first")
-    assert first.wait_recorded(60)
+    # 120 s: once in ~10 suite runs the shared server stalls for a minute or more (seen
+    # here at 2026-11-26 04:45, the run 398 s instead of ~220; unexplained, noted).
+    assert first.wait_recorded(120)
     posts = gate.flow_run_posts
     assert len(posts) >= 3 + 1  # (the server itself may be busy too: more are fine)
     gaps = [later - earlier for earlier, later in itertools.pairwise(posts[:4])]
     assert max(gaps) < 1.5, gaps
     exps = [run_experiment("busy", data=_data(3), evaluators=[short], print_summary=False,
                            results_dir=results_dir / str(i)) for i in range(4)]
-    assert all(exp.wait_recorded(60) for exp in exps)
+    assert all(exp.wait_recorded(120) for exp in exps)
     assert len({exp.manifest.flow_run_id for exp in [first, *exps]}) == 5
     assert gate.most_creating == 1
 
