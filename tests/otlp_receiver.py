@@ -1,5 +1,6 @@
-"""A real OTLP/HTTP trace receiver on 127.0.0.1: decodes each ``POST /v1/traces`` body as
-the protobuf ``ExportTraceServiceRequest`` (gzip or not) and keeps its spans, flattened."""
+"""A real OTLP/HTTP trace receiver on 127.0.0.1 (`servers.serve`): decodes each ``POST
+/v1/traces`` body as the protobuf ``ExportTraceServiceRequest`` (gzip or not) and keeps its
+spans, flattened."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from .servers import Recorded, Reply, serve
 
 
 def _value(v: Any) -> Any:
@@ -55,30 +57,14 @@ class Received:
 def otlp_receiver() -> Iterator[Received]:
     got = Received()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
-            if self.headers.get("content-encoding") == "gzip":
-                body = gzip.decompress(body)
-            got.paths.append(self.path)
-            got.take(body)
-            reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("content-type", "application/x-protobuf")
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+    def handle(req: Recorded) -> Reply:
+        body = req.body
+        if req.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        got.paths.append(req.path)
+        got.take(body)
+        return 200, {}, ExportTraceServiceResponse().SerializeToString()
 
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    got.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve(handle) as server:
+        got.url = server.url
         yield got
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

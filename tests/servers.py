@@ -33,12 +33,22 @@ class FakeServer:
     requests: list[Recorded] = field(default_factory=list)
 
 
+def _body(raw: bytes) -> Any:
+    """A request's body: its JSON, or the bytes as sent when it is none (protobuf, gzip)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:  # UnicodeDecodeError too
+        return raw
+
+
 def _handler_class(server: FakeServer, handle: Callable[[Recorded], Reply]) -> type:
     class Handler(BaseHTTPRequestHandler):
         def _serve(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else None
+            body = _body(raw)
             req = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
                            body)
             server.requests.append(req)

@@ -23,6 +23,7 @@ from patronus_tasks.exceptions import PatronusTasksError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.openai import as_messages, chat_request, default_model, openai_endpoint
 from patronus_tasks.trace.spans import span
+from patronus_tasks.trace.tree import json_or_text
 
 
 class BudgetExceeded(PatronusTasksError):
@@ -56,13 +57,13 @@ class _Run:
         function = request.get("function") or {}
         name, raw = str(function.get("name")), function.get("arguments")
         # The arguments as the model sent them (a trajectory compares those), not as checked.
-        with span(name, kind="tool", arguments=_parsed(raw), tool_call_id=request.get("id")) as s:
+        with span(name, kind="tool", arguments=json_or_text(raw), tool_call_id=request.get("id")) as s:
             try:
                 result, error = await self._call(name, raw, s), None
             except Exception as exc:  # the tool's failure is the model's to handle
                 result, error = None, f"{type(exc).__name__}: {exc}"
                 s.set(error=error)
-        self.trajectory.append({"name": name, "arguments": _parsed(raw), "output": result,
+        self.trajectory.append({"name": name, "arguments": json_or_text(raw), "output": result,
                                 "error": error})
         content = f"error: {error}" if error else result if isinstance(result, str) else \
             json.dumps(result, default=str)
@@ -85,15 +86,6 @@ class _Run:
         if a.max_tokens is not None and used >= a.max_tokens:
             return f"max_tokens={a.max_tokens} ({used} used)"
         return None
-
-
-def _parsed(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
 
 
 class AgentTask(Task):

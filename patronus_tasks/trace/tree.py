@@ -10,13 +10,15 @@ from typing import Any
 from patronus_tasks.trace.spans import SpanData
 
 
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
+def json_or_text(value: Any) -> Any:
+    """A text's JSON value, or the text itself when it is none (cut at `MAX_VALUE_CHARS`,
+    a model's malformed arguments); anything but a text as it is."""
+    if not isinstance(value, str):
+        return value
     try:
-        return json.loads(text)
-    except ValueError:  # cut at MAX_VALUE_CHARS: kept as the text it is
-        return text
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class ToolCall:
 
     @classmethod
     def of(cls, data: SpanData) -> ToolCall:
-        return cls(data.name, _loads(data.arguments), _loads(data.output), data.error)
+        return cls(data.name, json_or_text(data.arguments), json_or_text(data.output), data.error)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments, "output": self.output,
