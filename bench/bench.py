@@ -50,9 +50,11 @@ SCENARIOS = {
     "record": {"rows": 1000, "processes": 2, "concurrency": 64, "latency": 0.0,
                "modes": ["prefect"], "taskless": True},
     # Spans (issue 36): the c16 run with a task opening no span, and with 10 spans per row
-    # (each a task run nested under the row's): the ratio to plain of each, in one run.
+    # (each a task run nested under the row's; the SDK's exported over OTLP): the ratio to
+    # plain of each, this project's and the Patronus SDK's, in one run.
     "spans16": {"rows": 2000, "concurrency": 16, "latency": 0.05,
-                "modes": ["plain", "prefect-spans0", "prefect-spans10"]},
+                "modes": ["plain", "prefect-spans0", "prefect-spans10", "patronus-spans0",
+                          "patronus-spans10"]},
 }
 
 
@@ -81,23 +83,23 @@ def start_model_server(latency: float) -> tuple[str, subprocess.Popen[bytes]]:
     return f"http://127.0.0.1:{port}/v1", proc
 
 
-def _patronus_args(scenario: dict[str, Any], url: str, standin: str) -> list[str]:
+def _patronus_args(scenario: dict[str, Any], url: str, standin: str, spans: str) -> list[str]:
     return [str(PATRONUS_PYTHON), str(HERE / "patronus_sdk_workload.py"), "--rows",
             str(scenario["rows"]), "--concurrency", str(scenario["concurrency"]), "--url", url,
-            "--api-url", standin]
+            "--api-url", standin, *(["--spans", spans] if spans else [])]
 
 
 def run_mode(mode: str, scenario: dict[str, Any], url: str, api_url: str,
              procs: list[list[int]]) -> dict[str, Any]:
-    if mode == "patronus":  # its API stand-in takes the Prefect server's column
+    base, _, variant = mode.partition("-spans")  # "prefect-spans10": 10 spans a row
+    if base == "patronus":  # its API stand-in takes the Prefect server's column
         standin, proc = start_standin()
         try:
-            return _measure(mode, _patronus_args(scenario, url, standin), {},
-                            [procs[0], [proc.pid]])
+            return {**_measure(mode, _patronus_args(scenario, url, standin, variant), {},
+                               [procs[0], [proc.pid]]), "mode": mode}
         finally:
             proc.terminate()
             proc.wait(20)
-    base, _, variant = mode.partition("-spans")  # "prefect-spans10": 10 spans a row
     args = [sys.executable, str(HERE / "workload.py"), base, "--rows", str(scenario["rows"]),
             "--concurrency", str(scenario["concurrency"]), "--url", url]
     if variant:
@@ -246,7 +248,7 @@ def run_scenario(name: str, scenario: dict[str, Any], server: Server, wanted: st
         return
     modes = [m for m in scenario["modes"]
              if (not wanted or m == "plain" or m in wanted.split(","))
-             and (m != "patronus" or PATRONUS_PYTHON.exists())]
+             and (not m.startswith("patronus") or PATRONUS_PYTHON.exists())]
     url, model = start_model_server(scenario["latency"])
     try:
         results = [run_mode(m, scenario, url, server.api_url, [[model.pid], server.pids])

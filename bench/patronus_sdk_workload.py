@@ -44,6 +44,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:P/v1")
     p.add_argument("--api-url", required=True, help="bench/patronus_standin.py, e.g. http://127.0.0.1:P")
+    # As workload.py's: N spans a row (an agent span, N-2 @traced tool calls, the model
+    # call's span), exported by the SDK to the stand-in's OTLP endpoint; 0: none.
+    p.add_argument("--spans", type=int, default=0)
     return p.parse_args()
 
 
@@ -95,9 +98,22 @@ class _Model:
         await asyncio.gather(*(c.aclose() for c in self.clients))
 
 
-def _workload(model: _Model) -> tuple[Any, list[FuncEvaluatorAdapter]]:
+def _workload(model: _Model, spans: int) -> tuple[Any, list[FuncEvaluatorAdapter]]:
+    from patronus import traced
+    from patronus.tracing import start_span
+
+    @traced(span_name="tool")
+    def tool(query: str, i: int) -> list[Any]:
+        return [query, i]
+
     async def call_model(row: Row, **kwargs: Any) -> str:
-        return await model.chat("m", row.task_input)
+        if not spans:
+            return await model.chat("m", row.task_input)
+        with start_span("agent"):
+            for i in range(spans - 2):
+                tool(row.task_input, i)
+            with start_span("chat m"):
+                return await model.chat("m", row.task_input)
 
     @evaluator()
     def nonempty(row: Row, task_result: TaskResult, **kwargs: Any) -> bool:
@@ -112,7 +128,7 @@ def _workload(model: _Model) -> tuple[Any, list[FuncEvaluatorAdapter]]:
 
 async def _experiment(args: argparse.Namespace, t0: float, cpu0: float) -> dict[str, Any]:
     model = _Model(args.url, args.concurrency)
-    task, evaluators = _workload(model)
+    task, evaluators = _workload(model, args.spans)
     rows = [{"task_input": f"question {i}", "task_output": f"answer {i}"} for i in range(args.rows)]
     ex = await _TimedExperiment.create(rows, task=task, evaluators=evaluators, project_name="bench",
                                        experiment_name="bench", max_concurrency=args.concurrency,
