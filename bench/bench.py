@@ -221,7 +221,12 @@ def main() -> None:
     parser.add_argument("--home", help="where the Prefect servers keep their state, a folder "
                         "per server (default: fresh temporary directories: a database grown "
                         "by earlier runs slows it down)")
+    parser.add_argument("--rows", type=int, help="rows per run (per process for `record`) "
+                        "instead of the scenario's")
     args = parser.parse_args()
+    if args.rows:
+        for scenario in SCENARIOS.values():
+            scenario["rows"] = args.rows
     chosen = args.scenario or ["fixed", *SCENARIOS, "startup"]
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     if "startup" in chosen:

@@ -312,7 +312,7 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                   "Default: SQLite in --home.")] = None,
               redis: Annotated[str | None, typer.Option(
                   help="Carry Prefect's events through Redis (prefect-redis), the background "
-                  "services in a process of their own: `local` or a URL (redis://host:6379/0). "
+                  "services in processes of their own: `local` or a URL (redis://host:6379/0). "
                   "Needs --postgres.")] = None,
               api_processes: Annotated[int | None, typer.Option(
                   help="API server processes on --port (more than 1 needs --postgres and "

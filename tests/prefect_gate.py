@@ -2,7 +2,8 @@
 with the posts of events: a server slow to take them (held), one that takes them and
 loses them (a restart), one that limits their rate (Prefect Cloud's 429s); and for what a
 test looks at or changes in them on their way (`Gate.on_events`), or a server slow to take
-logs (`Gate.log_delay`); and a busy database refusing flow runs (`Gate.busy_flow_runs`).
+logs (`Gate.log_delay`); a busy database refusing flow runs (`Gate.busy_flow_runs`); a
+server without a route (`Gate.hidden`).
 
 Everything else passes through untouched; the recorder process of the experiment under
 test talks to the gate as to any Prefect API (``PREFECT_API_URL``).
@@ -58,6 +59,9 @@ class Gate:
     retry_after: float = 0.0
     busy_flow_runs: int = 0  # posts of flow runs answered 503 (a busy database), the first ones
     flow_run_posts: list[float] = field(default_factory=list)  # when each came
+    #: Paths (under /api) answered 404, as a server without such a route (Prefect Cloud
+    #: has no ``/admin/settings``).
+    hidden: set[str] = field(default_factory=set)
     creating: int = 0  # posts of flow runs forwarded and not answered yet
     most_creating: int = 0  # the most at once
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -129,6 +133,8 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
                 decided = gate.decide(len(json.loads(body or b"[]")))
                 if decided is None and gate.on_events is not None:
                     body = gate.on_events(body)
+            if path.removeprefix("/api") in gate.hidden:
+                decided = 404, {}
             if decided is not None:
                 self._answer(decided[0], decided[1], b"{}")
                 return

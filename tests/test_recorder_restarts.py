@@ -18,6 +18,8 @@ from patronus_tasks import Row, evaluator, run_experiment, task
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
 
+from .prefect_gate import gate_for
+from .prefect_servers import api_of
 from .test_recorder import _new_flow_run, _record
 from .test_recording import _count
 from .waits import until
@@ -27,7 +29,7 @@ from .waits import until
 def _server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: Path,
             *services_off: str) -> Iterator[Any]:
     """A real Prefect server of its own (these services off), as the API meanwhile."""
-    from .prefect_servers import api_of, start_server
+    from .prefect_servers import start_server
 
     for service in services_off:
         monkeypatch.setenv(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
@@ -44,24 +46,36 @@ def short(evaluated_model_output: str) -> bool:
     return len(evaluated_model_output) < 4
 
 
-@pytest.mark.heavy
-def test_without_the_event_persister_task_runs_alone_count(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_template_db: Path) -> None:
-    # A server whose event persister is off stores no event: waiting for stored events
-    # would never end; the recorder notices and counts task runs alone.
+def _record_without_persister(grace: float) -> tuple[str, TaskRunRecorder]:
     async def record() -> tuple[str, TaskRunRecorder]:
         flow_run_id = await _new_flow_run("no-persister")
-        limits = Limits(max_ahead=100, persister_grace_seconds=3.0)
+        limits = Limits(max_ahead=100, persister_grace_seconds=grace)
         recorder = TaskRunRecorder(flow_run_id, [], limits=limits).start()
         _record(recorder, "evaluator-short", 300)
         recorder.close()
         return flow_run_id, recorder
 
-    with _server(tmp_path, monkeypatch, prefect_template_db, "EVENT_PERSISTER"):
-        flow_run_id, recorder = asyncio.run(record())
+    return asyncio.run(record())
+
+
+@pytest.mark.heavy
+def test_without_the_event_persister_task_runs_alone_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_template_db: Path) -> None:
+    # A server whose event persister is off stores no event: waiting for stored events
+    # would never end. Its settings say so: the recorder counts task runs alone from the
+    # start, no grace waited out (here longer than the wait).
+    with _server(tmp_path, monkeypatch, prefect_template_db, "EVENT_PERSISTER") as server:
+        flow_run_id, recorder = _record_without_persister(grace=600)
         assert recorder.wait(90) and recorder.recorded == 300
         assert _count(flow_run_id) == 300
-    assert not recorder.backlog.persisting
+        assert not recorder.backlog.persisting
+        # A server that does not tell its settings (as Prefect Cloud): the recorder
+        # concludes it after the grace, from the task runs recorded and no event stored.
+        with gate_for(server.api_url) as gate, api_of(gate.url):
+            gate.hidden.add("/admin/settings")
+            _, recorder = _record_without_persister(grace=3.0)
+            assert recorder.wait(90) and recorder.recorded == 300
+            assert not recorder.backlog.persisting
 
 
 @task

@@ -110,6 +110,16 @@ def _when_returned(results: Path, names: tuple[str, ...], running: list[subproce
         time.sleep(0.1)
 
 
+def _stored_events(api_url: str, runs: list[dict[str, Any]]) -> int:
+    """How many events the server stored of these task runs (the `events` process's
+    persister: `services` runs the task-run recorder without it)."""
+    ids = [f"prefect.task-run.{r['id']}" for r in runs]
+    body = {"filter": {"resource": {"id": ids},
+                       "occurred": {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}},
+            "limit": 1}
+    return int(httpx.post(f"{api_url}/events/filter", json=body, timeout=30).json()["total"])
+
+
 def _task_runs(api_url: str, flow_run_id: str) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     while True:
@@ -166,6 +176,8 @@ def test_every_row_and_task_run_kept_through_an_api_process_and_redis_dying(
         runs = _task_runs(api, out["flow_run_id"])
         assert Counter(r["name"] for r in runs) == Counter(names)  # each once, none doubled
         assert {r["state_type"] for r in runs} == {"COMPLETED"}
+        until(lambda runs=runs: _stored_events(api, runs) >= len(runs),
+              "the events process to store every task run's events", timeout=120)
         frame = load_experiment(out["path"]).to_dataframe()
         for evaluator in ("nonempty", "short"):  # a record per row and evaluator, each once
             kept = frame[frame["evaluator_name"] == evaluator]["sid"].astype(int)
@@ -179,7 +191,7 @@ def test_status_then_down(production: Stack) -> None:
     assert shown.returncode == 0, shown.stdout + shown.stderr
     rows = json.loads(shown.stdout)
     assert [r["role"] for r in rows] == ["postgres", "redis", "api", "api process", "api process",
-                                         "services"]
+                                         "services", "events"]
     assert all(r["running"] and r["pid"] for r in rows)
     assert rows[0]["url"].startswith("postgresql+asyncpg://postgres@127.0.0.1:")
     assert rows[1]["url"].startswith("redis://127.0.0.1:") and rows[2]["url"] == production.api_url

@@ -153,6 +153,21 @@ async def answers(client: PrefectClient) -> bool:
         return False
 
 
+async def persister_said_off(client: PrefectClient) -> bool:
+    """Whether the server's settings (``GET /admin/settings``) say its event persister is
+    off. Anything else (on, no such route as on Prefect Cloud, no answer) is False."""
+    import httpx
+
+    try:
+        response = await _send_once(client, "GET", "/admin/settings")
+        if response.status_code != 200:
+            return False
+        enabled = response.json()["server"]["services"]["event_persister"]["enabled"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return False
+    return enabled is False
+
+
 async def post_events(client: PrefectClient, body: bytes) -> None:
     """Send a JSON array of events (already serialised) for the server to record, once."""
     response = await _send_once(client, "POST", "/events", content=body,

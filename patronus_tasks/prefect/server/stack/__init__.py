@@ -9,7 +9,8 @@ side (`SERVER_NICE`), then (unless neither is wanted) the ``local-process`` work
 - Prefect's scaled topology (its guide "How to scale self-hosted Prefect"): PostgreSQL
   and Redis (each a given URL, or a local server started here), the database migrated
   once, the API in ``api_processes`` processes on one port, the background services in
-  a process of their own.
+  two processes of their own (``events``: the event persister and triggers; ``services``:
+  the task-run recorder and the rest).
 
 Every process started is recorded in ``<home>/stack.json`` (role, pid, URL, command line;
 never a password); `down` stops each by its pid, `status` tells which run.
@@ -166,7 +167,8 @@ def _start(stack: Stack, project: Path, port: int, topology: Topology, deploy: b
                                       bool(redis_url), nice))
     if redis_url:  # the API processes start meanwhile: they touch no table until asked
         servers.prepare(env, home)
-        stack.add(servers.start_services(home, env, nice))
+        for proc in servers.start_services(home, env, nice):
+            stack.add(proc)
     servers.wait_healthy(api, timeout)
     if deploy or worker:  # neither: the server alone
         servers.pool_and_deployments(home, stack.api_url, project, deploy)
