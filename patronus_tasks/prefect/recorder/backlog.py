@@ -42,6 +42,10 @@ _LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at 
 LOST_AFTER = 10.0
 #: `occurred` must be given: by default the events filter ends at the server's "now", and
 #: a client clock ahead of it would hide the newest events.
+#: A persister that stored nothing this long after the task-run recorder took events:
+#: its server's settings are asked (`Backlog._ask_settings`). Past its flush interval
+#: (1 s where `server up` sets it), well within the grace.
+_ASK_AFTER = 2.0
 _ALL_TIME = {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
 
 
@@ -58,6 +62,7 @@ class Backlog:
         self._stored_any = False
         self._recorded_events = 0  # events the task-run recorder alone has taken
         self._recorded_at = 0.0  # when the recorder was first seen to take one
+        self._settings_asked = False  # the server's settings, asked once (`_ask_settings`)
 
     def add(self, batch: EventBatch) -> None:
         self.sent += batch.count if not batch.posts else 0
@@ -86,6 +91,7 @@ class Backlog:
         if self.persisting:
             stored = await _stored_marks(client, batches)
             self._note_recorder(batches, runs, stored)
+            await self._ask_settings(client)
             if self.persister_silent(persister_off_after, grace):
                 stored = runs
         # A batch sent again is never sent whole: what the persister lacks of states the
@@ -123,6 +129,18 @@ class Backlog:
             self._recorded_events += taken
             self._recorded_at = self._recorded_at or time.monotonic()
         self._stored_any = self._stored_any or any(stored)
+
+    async def _ask_settings(self, client: PrefectClient) -> None:
+        """Events recorded for `_ASK_AFTER` seconds, none stored: ask the server's settings
+        whether its event persister runs (once; it costs the server 66 ms of CPU, so not
+        asked of a server that stores them), rather than wait out the grace. Said off, it
+        is; said on or not told, the grace decides."""
+        if self._settings_asked or self._stored_any or not self._recorded_events \
+                or time.monotonic() - self._recorded_at < _ASK_AFTER:
+            return
+        self._settings_asked = True
+        if await internal.persister_said_off(client):
+            self.persisting = False
 
     def persister_silent(self, after: int, grace: float) -> bool:
         """Whether the event persister looks switched off (see `refresh`); once it does,

@@ -313,25 +313,14 @@ class _Poster:
 
     async def run(self) -> None:
         r = self.r
-        asking = asyncio.ensure_future(self._ask_persister()) if r.backlog.persisting else None
-        try:
-            await self._post()  # what waited for the flow run or the client goes at once
-            while not r.closed or r.outstanding():
-                await r.wait_for_work(_FLUSH_SECONDS)
-                await self._post_logs()
-                await self._check()
-                await self._post()
-                if self._given_up():
-                    return
-        finally:
-            if asking is not None:
-                asking.cancel()
-
-    async def _ask_persister(self) -> None:
-        """A server whose settings say its event persister is off stores no event: known
-        at once, the run's end need not wait out `PERSISTER_GRACE_SECONDS` to conclude it."""
-        if await internal.persister_said_off(self.client):
-            self.r.backlog.persisting = False
+        await self._post()  # what waited for the flow run or the client goes at once
+        while not r.closed or r.outstanding():
+            await r.wait_for_work(_FLUSH_SECONDS)
+            await self._post_logs()
+            await self._check()
+            await self._post()
+            if self._given_up():
+                return
 
     async def _post(self) -> None:
         """Post what fits within the recorder's `max_ahead`."""
