@@ -17,6 +17,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 
 from patronus_tasks.prefect.events import Call, State
+from patronus_tasks.prefect.recorder import taskruns
 from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
 from patronus_tasks.prefect.runs.flow import FINAL_STATES
 
@@ -201,3 +202,25 @@ def test_events_the_server_took_and_lost_go_again_under_new_ids(prefect_gate: Ga
     assert {e["resource"]["prefect.resource.id"] for e in renewed} == {
         f"prefect.task-run.{i}" for i in ids}  # the same task runs under new ids, ...
     assert first_ids & {e["id"] for e in resent}  # ... once the same ids did not do
+
+
+def test_the_rows_batch_still_filling_goes_ahead_once_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Evaluators' batches fill faster than the rows': a rows' batch still filling went
+    # only once every full evaluators' batch had, so the last rows of a big run showed
+    # last. It goes first once no more calls come, or once `ROWS_WAIT` old.
+    def recorder_of(evaluators: int, rows: int) -> tuple[TaskRunRecorder, set[str], set[str]]:
+        recorder = TaskRunRecorder(str(uuid.uuid4()), [])
+        return (recorder, set(_record(recorder, "evaluator-judge", evaluators)),
+                set(_record(recorder, "task-answer", rows)))
+
+    recorder, judged, answered = recorder_of(1000, 40)  # two full batches, one filling
+    first = recorder.take(flush=True)
+    assert first is not None and first.mark[1] in judged  # the rows' batch is young
+    recorder.close()  # the rows are done: their last batch will not fill
+    last_rows = recorder.take(flush=True)
+    assert last_rows is not None and last_rows.mark[1] in answered and last_rows.count == 40
+
+    monkeypatch.setattr(taskruns, "ROWS_WAIT", 0.0)  # as if it had waited that long
+    recorder, judged, answered = recorder_of(1000, 40)
+    aged = recorder.take(flush=True)
+    assert aged is not None and aged.mark[1] in answered

@@ -18,6 +18,7 @@ not the client's, makes worth saving.
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -161,12 +162,12 @@ class EventBatch:
     state: once the server holds that state, it took the whole batch (`backlog`).
     """
 
-    __slots__ = ("count", "data", "final", "finals", "keep_ids", "mark", "missing", "overtaken_at",
-                 "posts",
-                 "queue")
+    __slots__ = ("count", "data", "final", "finals", "keep_ids", "mark", "missing", "opened",
+                 "overtaken_at", "posts", "queue")
 
     def __init__(self, queue: int = 0) -> None:
         self.queue = queue  # which queue of the recorder it waits in (rows first)
+        self.opened = time.monotonic()  # when its first event came
         self.data, self.count = bytearray(), 0
         self.finals = 0  # final-state events: task runs this batch completes
         self.mark = ("", "")  # (event id, task run id) of the last event
