@@ -42,13 +42,16 @@ AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 FLOW = textwrap.dedent('''
-    import json, time
+    import json, socket, time
     from prefect import flow
     from patronus_tasks import Row, evaluator, run_experiment, task
 
     @task(cache=True)
     def answer(row: Row) -> str:
-        time.sleep(0.3)  # long enough for a worker to die mid-run
+        # Long enough for a worker to die mid-run; worker-b, killed once it wrote 2 rows,
+        # slower still, so that the kill lands mid-batch even when the test's polling of
+        # the bucket lags on a loaded machine (its batch then ran twice: what it wrote kept).
+        time.sleep(1.5 if socket.gethostname() == "worker-b" else 0.3)
         return row["question"].upper()
 
     @evaluator
