@@ -29,6 +29,7 @@ import pytest
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.prefect.server.stack import LOCAL, Stack, Topology, alive, restart, status, up
+from patronus_tasks.prefect.server.stack.processes import Proc, spawn
 from patronus_tasks.prefect.server.stack.servers import api_processes
 from patronus_tasks.results import load_experiment
 
@@ -242,3 +243,17 @@ def test_down_gives_a_worker_running_no_flow_run_a_short_grace() -> None:
     finally:
         for p in (idle, busy):
             os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no Linux autogroups here")
+def test_a_niced_process_is_niced_in_its_own_session_too(tmp_path: Path) -> None:
+    # Each stack process runs in a session of its own, and Linux shares the CPU between
+    # sessions' autogroups before nice values count: its group must be niced as well.
+    proc = spawn(Proc("sleeper", argv=["sleep", "30"], log=str(tmp_path / "sleep.log")),
+                 dict(os.environ), tmp_path, nice=7)
+    try:
+        assert proc.pid and os.getpriority(os.PRIO_PROCESS, proc.pid) == 7
+        assert Path(f"/proc/{proc.pid}/autogroup").read_text().split()[-1] == "7"
+    finally:
+        if proc.pid:
+            os.kill(proc.pid, signal.SIGKILL)
