@@ -40,12 +40,12 @@ _LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at 
 #: Seconds a batch may stay missing after a later one was recorded, before it counts as
 #: lost: a consumer writes what it took in batches, so a later one can show up first.
 LOST_AFTER = 10.0
-#: `occurred` must be given: by default the events filter ends at the server's "now", and
-#: a client clock ahead of it would hide the newest events.
 #: A persister that stored nothing this long after the task-run recorder took events:
 #: its server's settings are asked (`Backlog._ask_settings`). Past its flush interval
 #: (1 s where `server up` sets it), well within the grace.
 _ASK_AFTER = 2.0
+#: `occurred` must be given: by default the events filter ends at the server's "now", and
+#: a client clock ahead of it would hide the newest events.
 _ALL_TIME = {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
 
 

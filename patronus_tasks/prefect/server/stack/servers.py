@@ -18,9 +18,11 @@ from patronus_tasks.prefect.settings import SERVER_DEFAULTS, redis_settings
 from .processes import Proc, spawn, wait_for
 
 POOL = "local-process"
-#: Prefect's background services (settings `server.services.*`) but `EVENT_SERVICES`.
+#: Prefect's background services (settings `server.services.*`) but `EVENT_SERVICES`. One
+#: Prefect adds later runs in both services processes until it is named here or there.
 SERVICES = ("cancellation_cleanup", "db_vacuum", "foreman", "late_runs", "scheduler",
             "pause_expirations", "repossessor", "cleanup_reconciler", "task_run_recorder")
+
 
 def server_env(home: Path, database_url: str | None, redis_url: str | None) -> dict[str, str]:
     """The environment of the server processes: the settings for many task runs (where
@@ -78,11 +80,11 @@ def start_api(home: Path, env: dict[str, str], port: int, processes: int,
 EVENT_SERVICES = ("event_persister", "triggers", "event_logger")
 
 
-def _only(names: tuple[str, ...], others: tuple[str, ...]) -> dict[str, str]:
-    """Settings running ``names`` of Prefect's background services as set (the user's
-    settings or Prefect's defaults), ``others`` not, and no live event stream: it feeds the
-    websockets of an API process; a services process serves none, yet Prefect 3.9 runs it
-    there too, reading every event (8-10% of each one's CPU)."""
+def _without(others: tuple[str, ...]) -> dict[str, str]:
+    """Settings for a services process that runs none of ``others`` (the rest as the user
+    or Prefect's defaults set them) and no live event stream: it feeds the websockets of
+    an API process; a services process serves none, yet Prefect 3.9 runs it there too,
+    reading every event (8-10% of each one's CPU)."""
     return {f"PREFECT_SERVER_SERVICES_{name.upper()}_ENABLED": "false" for name in others} \
         | {"PREFECT_API_EVENTS_STREAM_OUT_ENABLED": "false"}
 
@@ -96,8 +98,8 @@ def start_services(home: Path, env: dict[str, str], nice: int) -> list[Proc]:
                 log=str(home / "services.log"))
     events = Proc("events", argv=prefect("server", "services", "start"),
                   log=str(home / "events.log"))
-    return [spawn(rest, {**env, **_only(SERVICES, EVENT_SERVICES)}, home, nice),
-            spawn(events, {**env, **_only(EVENT_SERVICES, SERVICES)}, home, nice)]
+    return [spawn(rest, {**env, **_without(EVENT_SERVICES)}, home, nice),
+            spawn(events, {**env, **_without(SERVICES)}, home, nice)]
 
 
 def wait_healthy(api: Proc, timeout: float) -> None:
