@@ -41,7 +41,6 @@ async def evaluate_remote(endpoint: Endpoint, evaluator: str, criteria: str | No
     return parse_evaluation(body, attempts)
 
 
-
 async def evaluate_local(name: str, fn: Callable[..., Any], *, fields: dict[str, Any],
                          tags: dict[str, str] | None,
                          explain_strategy: str) -> EvaluationResult | None:

@@ -177,6 +177,7 @@ class OtelExporter:
                 return
             self.down = self.down or "the receiver refused or did not answer"
         self.failed += len(batch)
+
     def _context(self, parent: Any) -> Any:
         from opentelemetry import trace
 

@@ -5,9 +5,9 @@ through a context variable, so ``asyncio.gather`` children and threads started w
 context keep their parent. Each call of a step collects its spans in a `Collector` the
 runner opens around it (`collecting`); a span outside any call records nothing.
 
-Costs (measured, 2 cores, bench/spans.py): a span with small arguments is ~30 us of the row's time (one
-``orjson`` dump each of arguments and output, two context-variable sets); nothing else runs
-until the call ends.
+Costs (measured, 2 cores, bench/spans.py): a span with small arguments is ~40 us of the
+row's time (one ``orjson`` dump each of arguments and output, two context-variable sets);
+nothing else runs until the call ends.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     channel.py    the frames on the pipe between the two processes (`prefect.protocol`:
                   what they say)
     main.py       the process itself (``python -m patronus_tasks.prefect.recorder``: its
-                  ``__main__`` defers two unused modules Prefect imports, see `lazy`)
+                  ``__main__`` defers coolname, which Prefect imports unused: `lazy`)
     taskruns.py   `TaskRunRecorder`: task runs and their states posted as Prefect events
     backlog.py    what is held after a stall, and asked of the server (the pace a server
                   that limits the rate allows: `http.Pace`)
