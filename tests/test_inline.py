@@ -137,3 +137,32 @@ def test_class_form_takes_the_option_and_errors_inline_are_recorded(tmp_path: Pa
     df = _run(tmp_path, Picky(), rows=5).to_dataframe().sort_values("sid")
     assert df["status"].tolist() == ["ok", "ok", "ok", "error", "ok"]
     assert df["error_message"].iloc[3] == "no threes"
+
+
+def test_the_collector_passes_less_often_while_rows_run_and_is_set_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from patronus_tasks.run.garbage import ENV, YOUNG
+
+    seen: list[int] = []
+
+    @evaluator
+    def threshold(evaluated_model_output: str) -> bool:
+        seen.append(gc.get_threshold()[0])
+        return True
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        _run(tmp_path / "a", threshold, rows=3)
+        assert seen == [YOUNG] * 3 and gc.get_threshold()[0] == 700
+        gc.set_threshold(YOUNG * 2, *before[1:])  # the user's own, higher: kept
+        _run(tmp_path / "b", threshold, rows=1)
+        assert seen[-1] == YOUNG * 2 and gc.get_threshold()[0] == YOUNG * 2
+        gc.set_threshold(700, *before[1:])
+        monkeypatch.setenv(ENV, "default")  # Python's collector left as it is
+        _run(tmp_path / "c", threshold, rows=1)
+        assert seen[-1] == 700
+    finally:
+        gc.set_threshold(*before)

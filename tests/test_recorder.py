@@ -224,3 +224,18 @@ def test_the_rows_batch_still_filling_goes_ahead_once_due(monkeypatch: pytest.Mo
     recorder, judged, answered = recorder_of(1000, 40)
     aged = recorder.take(flush=True)
     assert aged is not None and aged.mark[1] in answered
+
+
+def test_calls_cross_to_the_recorder_process_as_they_are() -> None:
+    # A call's task-run id is uuid5's (the artifacts' links and both processes derive it),
+    # made faster; a call and its state come out of the pipe's pickle equal.
+    import pickle
+
+    from patronus_tasks.prefect.events import namespace_of, now, task_run_id
+
+    namespace = namespace_of("run-key")
+    for name in ["call_model-0", "judge-ü#span-7", "x" * 300, ""]:
+        assert task_run_id(namespace, name) == str(uuid.uuid5(namespace, name))
+    call = Call("id", "judge-1", "evaluator-judge", "up", now(), 2, 0.5, {"q": "'a'"}, "p", "k")
+    state = State("COMPLETED", "Completed", "fine", ("verdict:not-passed",))
+    assert pickle.loads(pickle.dumps((call, state), protocol=5)) == (call, state)

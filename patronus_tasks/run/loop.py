@@ -20,6 +20,7 @@ from patronus_tasks.record.parquet import ParquetSink
 from patronus_tasks.record.recorder import Recorder, RunFacts
 from patronus_tasks.record.records import STATUS_ERROR, Record
 from patronus_tasks.record.resume import Replay
+from patronus_tasks.run.garbage import fewer_collections
 from patronus_tasks.run.runner import RowRunner, StepRunner, Unit, run_rows, units
 from patronus_tasks.run.spec import ExperimentSpec
 from patronus_tasks.run.threads import DaemonThreadPool
@@ -125,7 +126,8 @@ async def row_loop(rows: Rows, steps: StepRunner, stream: RecordStream) -> None:
     runner = RowRunner(spec.links, steps, tags=spec.tags, limit=spec.max_concurrency,
                        pool=pool, replay=rows.replay, cache=spec.open_cache(), prices=spec.prices)
     try:
-        await run_rows(rows.units(), runner, spec.max_concurrency, stream.add)
+        with fewer_collections():
+            await run_rows(rows.units(), runner, spec.max_concurrency, stream.add)
     finally:
         stream.totals.calls += runner.calls
         stream.totals.cached += runner.cached
