@@ -166,3 +166,27 @@ def test_the_collector_passes_less_often_while_rows_run_and_is_set_back(
         assert seen[-1] == 700
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_long_run_is_followed_by_a_full_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from patronus_tasks.run import garbage
+
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with garbage.fewer_collections():  # a short run: no full pass after it
+            pass
+        assert 2 not in passes
+        monkeypatch.setattr(garbage, "COLLECT_AFTER", 0.0)
+        with garbage.fewer_collections():
+            pass
+        assert 2 in passes
+    finally:
+        gc.callbacks.remove(seen)
