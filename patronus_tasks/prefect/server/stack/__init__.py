@@ -19,6 +19,7 @@ never a password); `down` stops each by its pid, `status` tells which run.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -257,7 +258,13 @@ def restart(home: Path, role: str) -> Proc:
     if stack is None or proc is None or proc.external or role not in _LOCAL_STARTS:
         raise ConfigError(f"no local {role} recorded in {home} to restart")
     stop(proc)
-    again = _LOCAL_STARTS[role](Path(stack.home), proc.nice, urlsplit(proc.url).port)
+    port = urlsplit(proc.url).port
+    # A killed Valkey's child (its AOF rewrite, its background save) holds the listening
+    # socket until it is gone too: starting again at once failed "Address already in use".
+    deadline = time.monotonic() + 10
+    while port is not None and port_taken(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    again = _LOCAL_STARTS[role](Path(stack.home), proc.nice, port)
     stack.procs[stack.procs.index(proc)] = again
     stack.save()
     return again
