@@ -135,9 +135,20 @@ def _deploy_and_run(api: str, folder: Path, parameters: dict[str, str]) -> str:
         deployment = http.post("/deployments/", json={
             "name": "apart", "flow_id": flow_id, "work_pool_name": "hosts",
             "entrypoint": "experiment.py:nightly", "pull_steps": steps}).json()["id"]
-        made = http.post(f"/deployments/{deployment}/create_flow_run", json={"parameters": parameters})
-        made.raise_for_status()
+        made = _post(http, f"/deployments/{deployment}/create_flow_run", {"parameters": parameters})
         return str(made.json()["id"])
+
+
+def _post(http: httpx.Client, path: str, body: dict[str, object]) -> httpx.Response:
+    """A post the SQLite server may refuse while busy (503, "database is locked"): asked
+    again, as Prefect's own client does."""
+    for _ in range(10):
+        made = http.post(path, json=body)
+        if made.status_code != 503:
+            break
+        time.sleep(0.5)
+    made.raise_for_status()
+    return made
 
 
 def _state(api: str, flow_run: str) -> str:

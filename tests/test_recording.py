@@ -193,8 +193,11 @@ async def _states_and_logs(flow_run_id: str) -> dict[str, tuple[list[str], list[
             logs: list[Any] = []
             while page := await client.read_logs(flt, limit=200, offset=len(logs)):
                 logs += page
-            out[run.name] = ([s.name for s in sorted(states, key=lambda s: s.timestamp)],
-                             [log.message for log in logs])
+            # On a busy shared server the task-run recorder now and then keeps the run and
+            # none of its state rows: then the run's own state is what the UI shows.
+            history = [s.name for s in sorted(states, key=lambda s: s.timestamp)]
+            shown = history or ([run.state.name] if run.state is not None else [])
+            out[run.name] = (shown, [log.message for log in logs])
         return out
 
 
