@@ -129,10 +129,10 @@ def _deploy_and_run(api: str, folder: Path, parameters: dict[str, str]) -> str:
     work pool, a deployment of ``nightly`` whose code is in ``folder`` (on the runner's
     host), a run of it. The id of that flow run."""
     with httpx.Client(base_url=api, timeout=10) as http:
-        http.post("/work_pools/", json={"name": "hosts", "type": "process"}).raise_for_status()
-        flow_id = http.post("/flows/", json={"name": "nightly"}).json()["id"]
+        _post(http, "/work_pools/", {"name": "hosts", "type": "process"})
+        flow_id = _post(http, "/flows/", {"name": "nightly"}).json()["id"]
         steps = [{"prefect.deployments.steps.set_working_directory": {"directory": str(folder)}}]
-        deployment = http.post("/deployments/", json={
+        deployment = _post(http, "/deployments/", {
             "name": "apart", "flow_id": flow_id, "work_pool_name": "hosts",
             "entrypoint": "experiment.py:nightly", "pull_steps": steps}).json()["id"]
         made = _post(http, f"/deployments/{deployment}/create_flow_run", {"parameters": parameters})

@@ -193,12 +193,15 @@ async def _states_and_logs(flow_run_id: str) -> dict[str, tuple[list[str], list[
             logs: list[Any] = []
             while page := await client.read_logs(flt, limit=200, offset=len(logs)):
                 logs += page
-            # On a busy shared server the task-run recorder now and then keeps the run and
-            # none of its state rows: then the run's own state is what the UI shows.
-            history = [s.name for s in sorted(states, key=lambda s: s.timestamp)]
-            shown = history or ([run.state.name] if run.state is not None else [])
-            out[run.name] = (shown, [log.message for log in logs])
+            out[run.name] = ([s.name for s in sorted(states, key=lambda s: s.timestamp)],
+                             [log.message for log in logs])
         return out
+
+
+def _state_names(exp: Any) -> dict[str, str | None]:
+    """Each task run's own current state, by name."""
+    runs = asyncio.run(_runs(exp.manifest["flow_run_id"]))
+    return {r.name: r.state.name if r.state is not None else None for r in runs}
 
 
 def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
@@ -214,7 +217,12 @@ def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
     # state row (issue 34's notes).
     assert list(exp.to_dataframe()["task_output"]) == ["done", "done"]
     assert found["slow_and_chatty-1"][0] in (["Running", "Completed"], ["Completed"])
-    assert found["slow_and_chatty-2"][0] == ["Completed"]  # fast: one event, not two
+    # Fast: one event, not two. Its state history is that one state, or (a busy shared
+    # server's task-run recorder now and then keeps the run without its state rows) none,
+    # and then the run itself holds it.
+    fast = found["slow_and_chatty-2"][0]
+    assert fast == ["Completed"] or (not fast and _state_names(exp)["slow_and_chatty-2"]
+                                     == "Completed")
     for sid in ("1", "2"):
         logs = found[f"slow_and_chatty-{sid}"][1]
         assert f"thinking about {sid}" in logs and f"still at {sid}" in logs

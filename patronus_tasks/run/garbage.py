@@ -11,8 +11,9 @@ Nothing else changes: cycles are still collected, only in fewer passes over more
 objects (a few MB at most).
 
 The threshold is raised while a row loop runs (several at once share it) and set back
-when the last one ends; a threshold the user set above `YOUNG` is kept. ``
-PATRONUS_TASKS_GC=default`` leaves Python's collector as it is.
+when the last one ends, with one full collection after rows that ran over
+`COLLECT_AFTER` seconds; a threshold the user set above `YOUNG` is kept.
+``PATRONUS_TASKS_GC=default`` leaves Python's collector as it is.
 """
 
 from __future__ import annotations
