@@ -37,6 +37,9 @@ import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
 
+#: How often a remote file is read again when it changed while read (`Location.read_bytes`).
+_REREADS = 5
+
 #: Query parameters whose values are never shown (``secret_key``, ``session_token``,
 #: ``access_key``, an Azure ``sas_token``/``account_key``, a signed URL's ``sig``, ...).
 _SECRET = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
@@ -212,8 +215,21 @@ class Location:
         if self.local is not None:
             return self.local.read_bytes()
         assert self._fs is not None
+        for _ in range(_REREADS):
+            data, size = self._read_object()
+            if len(data) == size:
+                return data
+        raise OSError(f"{self} kept changing while it was read; read it again")
+
+    def _read_object(self) -> tuple[bytes, int | None]:
+        """The object's bytes, and its size once read. pyarrow reads the size it asked
+        before (a HEAD), then that many bytes: an object replaced in between comes back
+        cut short or padded with NULs (seen against a manifest rewritten while read).
+        A GET is whole, so bytes as many as the object holds after are one version."""
+        assert self._fs is not None
         with self._fs.open_input_stream(self._key) as stream:
-            return bytes(stream.read())
+            data = bytes(stream.read())
+        return data, self._fs.get_file_info(self._key).size
 
     def read_text(self) -> str:
         return self.read_bytes().decode("utf-8")
