@@ -3,6 +3,7 @@ meets, one clear line when it still fails, and no server process left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from typing import Any
 
 import pytest
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
+
+from patronus_tasks.prefect.settings import SERVER_NICE
 
 from .conftest import ROOT
 from .prefect_servers import copy_database
@@ -25,6 +28,12 @@ def nonempty(evaluated_model_output: str) -> bool:
 
 run_experiment("slow-start", data=[{"evaluated_model_output": "x"}], evaluators=[nonempty])
 """
+
+#: The nice value of each of the built-in server's threads, printed ("nices [...]").
+NICES = """import glob, json
+from patronus_tasks.prefect.server.local import built_in
+tasks = glob.glob(f"/proc/{built_in().server_process.pid}/task/*/stat")
+print("nices", json.dumps([int(open(t).read().rsplit(")", 1)[1].split()[16]) for t in tasks]))"""
 
 
 def _local_server() -> Any:
@@ -79,13 +88,15 @@ def test_a_server_that_does_not_start_in_time_says_so_in_one_line_and_is_gone(
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 @pytest.mark.heavy
-def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_template_db: Path) -> None:
+def test_the_built_in_server_is_niced_and_dies_with_its_process(
+        tmp_path: Path, prefect_template_db: Path) -> None:
     # Killed outright (no atexit), the process takes its server with it.
     script = ONE_ROW.replace('run_experiment(', 'import os, signal\n'
                              'from prefect.client.orchestration import get_client\n'
                              'from patronus_tasks.prefect import use_built_in_server\n'
                              'use_built_in_server()  # a script using Prefect itself opts in\n'
                              'get_client(sync_client=True)  # starts the server\n'
+                             f'{NICES}\n'
                              'print("up", flush=True)\n'
                              'os.kill(os.getpid(), signal.SIGKILL)\nrun_experiment(')
     home = tmp_path / "home"
@@ -94,7 +105,11 @@ def test_the_built_in_server_dies_with_its_process(tmp_path: Path, prefect_templ
     env["PREFECT_HOME"] = str(home)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
-    assert out.stdout.startswith("up"), out.stderr[-3000:]
+    assert out.stdout.startswith("nices"), out.stderr[-3000:]
+    # Every thread of the server below the process's priority (not only its main one).
+    nices = json.loads(out.stdout.splitlines()[0].split(" ", 1)[1])
+    assert len(nices) > 1 and set(nices) == {min(SERVER_NICE + os.nice(0), 19)}, nices
+    assert out.stdout.splitlines()[1] == "up", out.stderr[-3000:]
     for _ in range(100):
         if not _processes_with(f"PREFECT_HOME={home}"):
             break
