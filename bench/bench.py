@@ -223,6 +223,8 @@ def main() -> None:
                         "by earlier runs slows it down)")
     parser.add_argument("--rows", type=int, help="rows per run (per process for `record`) "
                         "instead of the scenario's")
+    parser.add_argument("--repeat", type=int, default=1, help="run the modes this many times "
+                        "in turn and report each mode's median ratio to its round's plain loop")
     args = parser.parse_args()
     if args.rows:
         for scenario in SCENARIOS.values():
@@ -241,12 +243,13 @@ def main() -> None:
                 if name == "fixed":
                     fixed_cost(server.api_url)
                     continue
-                run_scenario(name, SCENARIOS[name], server, args.modes)
+                run_scenario(name, SCENARIOS[name], server, args.modes, args.repeat)
         finally:
             server.stop()
 
 
-def run_scenario(name: str, scenario: dict[str, Any], server: Server, wanted: str | None) -> None:
+def run_scenario(name: str, scenario: dict[str, Any], server: Server, wanted: str | None,
+                 repeat: int = 1) -> None:
     settle(server.pids)  # a server still busy with an earlier scenario would slow this one
     if scenario.get("processes"):
         recording.run(f"{name} on {server.kind}", scenario, server)
@@ -255,13 +258,31 @@ def run_scenario(name: str, scenario: dict[str, Any], server: Server, wanted: st
              if (not wanted or m == "plain" or m in wanted.split(","))
              and (not m.startswith("patronus") or PATRONUS_PYTHON.exists())]
     url, model = start_model_server(scenario["latency"])
+    rounds: list[list[dict[str, Any]]] = []
     try:
-        results = [run_mode(m, scenario, url, server.api_url, [[model.pid], server.pids])
-                   for m in modes]
+        for _ in range(repeat):  # the modes in turn, each round: a noisy machine's drift
+            rounds.append([run_mode(m, scenario, url, server.api_url, [[model.pid], server.pids])
+                           for m in modes])  # touches every mode of a round alike
+            report(f"{name} on {server.kind}", scenario, rounds[-1])
     finally:
         model.terminate()
         model.wait(20)
-    report(f"{name} on {server.kind}", scenario, results)
+    if repeat > 1:
+        report_rounds(rounds)
+
+
+def report_rounds(rounds: list[list[dict[str, Any]]]) -> None:
+    """Each mode's ratio to the plain loop of its own round: every round's, and the median."""
+    print(f"\n== x plain, {len(rounds)} rounds (each against its own round's plain loop)")
+    for mode in (r["mode"] for r in rounds[0]):
+        ratios = sorted(_ratio(round_, mode) for round_ in rounds)
+        print(f"{mode:15} median {ratios[len(ratios) // 2]:5.2f}   rounds "
+              + " ".join(f"{x:.2f}" for x in ratios))
+
+
+def _ratio(round_: list[dict[str, Any]], mode: str) -> float:
+    wall: dict[str, float] = {r["mode"]: r["wall"] for r in round_ if "wall" in r}
+    return wall["plain"] / wall[mode] if mode in wall else float("nan")
 
 
 if __name__ == "__main__":

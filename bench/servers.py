@@ -66,7 +66,11 @@ def start(kind: str, home: Path) -> Server:
     roles: dict[str, list[int]] = {}
     for proc in started.procs:
         roles.setdefault(proc.role, []).extend([proc.pid] if proc.pid else [])
-    return Server(kind, started.api_url, roles, lambda: stack.down(home) and None)
+
+    def stop() -> None:
+        stack.down(home)
+
+    return Server(kind, started.api_url, roles, stop)
 
 
 def _builtin(home: Path) -> Server:
