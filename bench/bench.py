@@ -275,9 +275,11 @@ def report_rounds(rounds: list[list[dict[str, Any]]]) -> None:
     """Each mode's ratio to the plain loop of its own round: every round's, and the median."""
     print(f"\n== x plain, {len(rounds)} rounds (each against its own round's plain loop)")
     for mode in (r["mode"] for r in rounds[0]):
-        ratios = sorted(_ratio(round_, mode) for round_ in rounds)
-        print(f"{mode:15} median {ratios[len(ratios) // 2]:5.2f}   rounds "
-              + " ".join(f"{x:.2f}" for x in ratios))
+        ratios = sorted(x for x in (_ratio(round_, mode) for round_ in rounds) if x == x)
+        failed = len(rounds) - len(ratios)  # NaN: the mode failed that round
+        median = f"{ratios[len(ratios) // 2]:5.2f}" if ratios else "    -"
+        print(f"{mode:15} median {median}   rounds " + " ".join(f"{x:.2f}" for x in ratios)
+              + (f"   ({failed} failed)" if failed else ""))
 
 
 def _ratio(round_: list[dict[str, Any]], mode: str) -> float:
