@@ -284,7 +284,7 @@ def report_rounds(rounds: list[list[dict[str, Any]]]) -> None:
 
 def _ratio(round_: list[dict[str, Any]], mode: str) -> float:
     wall: dict[str, float] = {r["mode"]: r["wall"] for r in round_ if "wall" in r}
-    return wall["plain"] / wall[mode] if mode in wall else float("nan")
+    return wall["plain"] / wall[mode] if mode in wall and "plain" in wall else float("nan")
 
 
 if __name__ == "__main__":
