@@ -28,7 +28,7 @@ from patronus_tasks.exceptions import DatasetError
 from patronus_tasks.openai import openai_endpoint
 from patronus_tasks.trace import SpanData, Trace
 
-from .conftest import ROOT
+from .conftest import RECORDED_WITHIN, ROOT
 from .judge_server import ScriptedJudge, judge_server
 from .servers import Recorded, Reply, serve
 
@@ -233,7 +233,7 @@ def test_the_bundled_agent_flow_runs_offline_with_a_local_policy(
     assert state.message.endswith("(model: local policy)")
     assert "tool_calls_match 88.9% passed (8/9)" in state.message  # two1 misses its conversion
     ex = load_experiment(tmp_path / "agent-tools" / "offline")
-    assert ex.wait_recorded(60)
+    assert ex.wait_recorded(RECORDED_WITHIN)
     runs = asyncio.run(_task_runs(ex.manifest.flow_run_id))
     spans = ex.spans()
     nested = [r for r in runs if r.task_key.startswith("span-")]

@@ -13,6 +13,8 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from patronus_tasks import evaluator, run_experiment, task
 from patronus_tasks.prefect.ui.artifacts import artifact_key
 
+from .conftest import RECORDED_WITHIN
+
 
 @task
 def maybe(evaluated_model_input: str) -> str:
@@ -41,9 +43,7 @@ def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: P
     runs = [run_experiment("UI Project", data=data, task=maybe, evaluators=[short],
                            experiment_name=name, results_dir=results_dir,
                            print_summary=False) for name in ("Nightly Eval", None)]
-    # Artifacts follow the results; the shared server may have thousands of other
-    # tests' events to record first (~5 ms each).
-    assert all(r.wait_recorded(120) for r in runs)
+    assert all(r.wait_recorded(RECORDED_WITHIN) for r in runs)  # artifacts follow the results
     kinds = ["summary", "report", "results", "progress", "vs-previous", "charts"]
     keys = [artifact_key("UI Project", k) for k in kinds]  # run on its own: the project's
     assert keys[0] == "ui-project-summary"

@@ -21,6 +21,7 @@ from prefect.client.orchestration import get_client
 
 from patronus_tasks import QualityGateError, run_experiment
 
+from .conftest import RECORDED_WITHIN
 from .shared_steps import answer, follow_up_traced, size, upper_judge
 from .waits import task_runs_with_states
 
@@ -87,7 +88,7 @@ def test_one_experiment_behaves_the_same_on_every_backend(prefect_server: str,
             assert retried.path == exp.path
             again[backend] = _comparable(retried)
             if backend != "local":
-                assert exp.wait_recorded(60) and retried.wait_recorded(60)
+                assert exp.wait_recorded(RECORDED_WITHIN) and retried.wait_recorded(RECORDED_WITHIN)
                 records[backend] = (asyncio.run(_task_runs(exp.manifest["flow_run_id"])),
                                     asyncio.run(_task_runs(retried.manifest["flow_run_id"])))
     pd.testing.assert_frame_equal(frames["prefect"], frames["local"])
@@ -235,6 +236,6 @@ def test_any_prefect_task_runner_runs_the_rows_and_shows_them_as_batches_end(
     assert sorted(int(r.sid) for r in reporter.records) == list(range(1, 7))
     assert exp.manifest["rows"] == 6 and exp.manifest["reports"]["collect"] == {
         "records": 6, "status": "completed"}  # finish() is given the run's manifest
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     names = set(asyncio.run(_task_runs(exp.manifest["flow_run_id"])))
     assert names == {f"{step}-{i}" for step in ("where", "said_row") for i in range(1, 7)}

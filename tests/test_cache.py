@@ -22,7 +22,7 @@ from patronus_tasks import Cache, ConfigError, TaskResult, evaluator, run_experi
 from patronus_tasks.openai import ChatTask, LLMJudge, openai_endpoint
 from patronus_tasks.record.cache import CACHE_DIR
 
-from .conftest import ROOT
+from .conftest import RECORDED_WITHIN, ROOT
 from .servers import FakeServer, Recorded, Reply, chat_completion, serve
 from .test_object_store import _url, s3  # noqa: F401 (the moto server fixture)
 from .waits import task_runs_with_states
@@ -255,7 +255,7 @@ def test_text_to_sql_second_run_is_cached_on_prefect(prefect_server: str, tmp_pa
     assert (first["calls"], first["cached_calls"]) == (12 * 2 + 9 * 2 * 2, 0)
     flow_module.text_to_sql_eval(experiment_name="sql-1", **params)
     exp = _experiment_of(results, "sql-1")
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     states = asyncio.run(_states(exp.manifest["flow_run_id"]))
     assert len(states) == 12 * 2 + 9 * 2 * 2  # names unique per repeat: none merged
     # The second run: each repeat of the one row whose SQL fails (q07) is called again

@@ -32,6 +32,7 @@ from patronus_tasks.patronus.evaluators import parse_evaluation
 from patronus_tasks.prices import DEFAULT_PRICES, PRICES_AS_OF, Price, PriceTable
 from patronus_tasks.results import compare_experiments
 
+from .conftest import RECORDED_WITHIN
 from .servers import FakeServer, serve
 from .test_cache import counted_chat
 
@@ -273,7 +274,7 @@ def test_figures_reach_the_flow_run_and_its_gate(prefect_server: str, results_di
     rows = summary_rows(exp.summary())
     assert rows[0]["repeats"] == "pass@2 100.0% · pass^2 0.0% · 3/3 flip"
     # The recorder process sets the final state after the results, then says it is done.
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     state = asyncio.run(_flow_run(exp.manifest["flow_run_id"])).state
     assert state.type.value == "FAILED" and "rows: 6 is below 7" in state.message
     assert "pass@2 100.0%, pass^2 0.0%, 3 of 3 rows flip" in state.message

@@ -22,6 +22,7 @@ from patronus_tasks import ConfigError, Row, evaluator, run_experiment, task
 from patronus_tasks.record.location import Location, redact
 from patronus_tasks.results import list_experiments, load_experiment
 
+from .conftest import RECORDED_WITHIN
 from .servers import serve
 from .test_resume import CountingModel, _run, killed_mid_run
 
@@ -85,7 +86,7 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
     exp = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
                          experiment_name="first", backend="local", results_dir=url,
                          print_summary=False)
-    assert exp.wait_recorded(60)  # the report is written after the results
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
     assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/report.html",
                                  "s3_project/first/results.parquet",
                                  "s3_project/first/spans.parquet"]  # the report an object too
@@ -272,7 +273,7 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
 
     exp = run_experiment("S3 Linked", data=DATA[:4], evaluators=[ok], experiment_name="nightly",
                          results_dir=_url(s3, prefix), print_summary=False)
-    assert exp.wait_recorded(60)  # the artifacts follow the results
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the artifacts follow the results
 
     async def links() -> list[str]:
         async with get_client() as client:
@@ -287,14 +288,14 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     assert exp.to_dataframe()["pass"].all()
     # The records catch up in the background, noting it in the manifest in S3 (before
     # this module's server goes: wait for them).
-    assert exp.wait_recorded(120)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     assert load_experiment(exp.location).manifest["prefect"]["complete"] is True
     # The next run of the series finds this one from its link (no endpoint in it: the
     # run's own storage settings open it) and compares with it.
     again = run_experiment("S3 Linked", data=DATA[:4], evaluators=[ok],
                            experiment_name="nightly", results_dir=_url(s3, prefix),
                            print_summary=False)
-    assert again.wait_recorded(120)
+    assert again.wait_recorded(RECORDED_WITHIN)
 
     async def compared() -> str:
         async with get_client() as client:

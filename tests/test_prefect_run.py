@@ -11,6 +11,7 @@ from prefect.client.orchestration import get_client
 
 from patronus_tasks import EvaluationResult, Row, TaskResult, evaluator, run_experiment, task
 
+from .conftest import RECORDED_WITHIN
 from .waits import task_runs_with_states
 
 
@@ -60,7 +61,7 @@ def test_experiment_is_one_flow_run_with_a_task_run_per_call(prefect_server: str
     exp = run_experiment("Shouting", data=DATA, task=shout, evaluators=[is_upper, length],
                          tags={"unit": "R&D"}, experiment_name="shout", results_dir=results_dir,
                          print_summary=False)
-    assert exp.wait_recorded(60)  # it returned with its results; Prefect caught up after
+    assert exp.wait_recorded(RECORDED_WITHIN)  # it returned with its results; Prefect caught up after
     runs = asyncio.run(_task_runs(exp.manifest["flow_run_id"]))
     names = sorted(r.name for r in runs)
     # 5 task calls; evaluators only for the 3 rows whose task returned a string.
@@ -107,7 +108,7 @@ def test_prefect_retries_are_used_and_counted(prefect_server: str, results_dir: 
     assert calls == {"1": 3, "2": 3}
     assert df.loc["1", "status"] == "ok" and df.loc["1", "task_attempts"] == 3
     assert df.loc["2", "error_type"] == "ConnectionError" and df.loc["2", "task_attempts"] == 3
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     runs = {r.name: r for r in asyncio.run(_task_runs(exp.manifest["flow_run_id"]))}
     assert runs["flaky-1"].run_count == 3 and runs["flaky-1"].state_type.value == "COMPLETED"
     assert runs["flaky-2"].state_type.value == "FAILED"

@@ -40,6 +40,7 @@ from patronus_tasks.prefect.ui.artifacts import artifact_key, summary_rows
 from patronus_tasks.report.cells import table_chars
 from patronus_tasks.results.compare import compare_experiments
 
+from .conftest import RECORDED_WITHIN
 from .waits import task_runs_with_states
 
 LONG = "the rows differ because " + "of many reasons " * 30
@@ -103,7 +104,7 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
         exp = run_experiment("ui-verdicts", data=DATA, task=echo, evaluators=matches,
                              experiment_name="v1", results_dir=results_dir,
                              print_summary=False, max_concurrency=2, tags={"suite": "ui"})
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     flow_run, runs, logs = asyncio.run(_read(exp.manifest["flow_run_id"],
                                              f"results: {exp.results_path}"))
     states = {n: (r.state.type.value, r.state.name) for n, r in runs.items()}
@@ -320,7 +321,7 @@ async def _assert_failed(flow_run_id: str) -> None:
 def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir: Path) -> None:
     exp = run_experiment("ui-tables", data=DATA, task=echo, evaluators=[matches],
                          experiment_name="t", results_dir=results_dir, print_summary=False)
-    assert exp.wait_recorded(60)  # the artifacts follow the results
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the artifacts follow the results
     table = asyncio.run(_artifacts("ui-tables", "summary"))[0].data
     rows = table if isinstance(table, list) else json.loads(table)
     assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",

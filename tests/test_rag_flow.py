@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import RECORDED_WITHIN, ROOT
 from .judge_server import completion
 from .servers import Recorded, Reply, serve
 
@@ -83,7 +83,7 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
 
     from patronus_tasks.results import load_experiment
 
-    assert load_experiment("judged", tmp_path).wait_recorded(60)
+    assert load_experiment("judged", tmp_path).wait_recorded(RECORDED_WITHIN)
     runs, spans = asyncio.run(task_runs())
     assert len(runs) == 10 * 9  # the task and eight evaluators per row, each its own task run
     # each judge's model call a task run nested under its evaluator's

@@ -28,6 +28,7 @@ from prefect.states import Completed
 
 from patronus_tasks import Row, run_experiment, task
 
+from .conftest import RECORDED_WITHIN
 from .shared_steps import answer, follow_up, respond, size, upper_judge
 
 KINDS = ["ok", "flaky", "broken", "skip", "hang", "ok"]
@@ -124,7 +125,7 @@ def _contract(results_dir: Path) -> None:
                          chain=[{"task": answer, "evaluators": [upper_judge, size]},
                                 {"task": follow_up}],
                          results_dir=results_dir, print_summary=False, max_concurrency=3)
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     ours = _settled(exp.manifest["flow_run_id"], 0)  # states land a little after the runs
     engine = _settled(asyncio.run(_engine_reference()), len(ours))
     assert _shape(ours) == _shape(engine)
@@ -208,7 +209,7 @@ def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
         prefect_server: str, results_dir: Path) -> None:
     exp = run_experiment("recording", data=[{"x": 1}, {"x": 2}], task=slow_and_chatty,
                          experiment_name="ui", results_dir=results_dir, print_summary=False)
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     found = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))
     # Row 1 returns only once the server showed its task run Running (else its row is an
     # error): still going after 1 s, it was sent Running. Its state history on the shared

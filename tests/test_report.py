@@ -19,6 +19,7 @@ from patronus_tasks.report import REPORT_FILE
 from patronus_tasks.report.rows import unpacked
 
 from .chromium import Browser, chromium_or_skip
+from .conftest import RECORDED_WITHIN
 
 
 @task
@@ -53,7 +54,7 @@ def _run(results_dir: Path, name: str, wrong: set[int], **options: Any) -> Any:
     exp = run_experiment("report-project", data=_data(wrong), task=answer,
                          evaluators=[exact, length], experiment_name=name, backend="local",
                          results_dir=results_dir, print_summary=False, **options)
-    assert exp.wait_recorded(120)  # the report is written after the results
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
     return exp
 
 
@@ -173,7 +174,7 @@ def test_nothing_in_the_data_ends_the_page_early(results_dir: Path, bad: str) ->
     exp = run_experiment("report-project", data=[{"evaluated_model_input": bad}],
                          task=answer_as_is, backend="local", results_dir=results_dir,
                          print_summary=False)
-    assert exp.wait_recorded(120)  # the report is written after the results
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
     html = (exp.path / REPORT_FILE).read_text()
     data = html.split('<script id="report-data" type="application/gzip;base64">')[1]
     assert "</script>" in data and bad not in data.split("</script>")[0]

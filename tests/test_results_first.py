@@ -21,6 +21,7 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from . import held_records
+from .conftest import RECORDED_WITHIN
 from .prefect_gate import Gate
 from .test_recording import _count
 from .waits import sids_written, until
@@ -50,7 +51,7 @@ def test_experiment_returns_with_its_results_before_prefect_has_the_records(
         "task_runs": CALLS, "task_runs_recorded": 0, "task_runs_lost": 0, "complete": False}
     assert _count(flow_run_id) == 0 and not exp.wait_recorded(0.1)
     gate.release()
-    assert exp.wait_recorded(60)
+    assert exp.wait_recorded(RECORDED_WITHIN)
     assert _count(flow_run_id) == CALLS
     assert _manifest(exp.path)["prefect"]["complete"] is True
     # The object is current, as the file is: every task run recorded, complete.
@@ -66,7 +67,7 @@ def test_a_later_run_in_the_same_folder_keeps_its_manifest(results_dir: Path, ga
     again = held_records.run(results_dir, resume=True)
     assert again.path == first.path
     gate.release()
-    assert first.wait_recorded(120) and again.wait_recorded(120)
+    assert first.wait_recorded(RECORDED_WITHIN) and again.wait_recorded(RECORDED_WITHIN)
     manifest = _manifest(again.path)
     assert manifest["flow_run_id"] == again.manifest.flow_run_id != first.manifest.flow_run_id
     assert manifest["prefect"]["task_runs"] == 0  # the resumed run called nothing

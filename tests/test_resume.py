@@ -19,7 +19,7 @@ import pytest
 from patronus_tasks import ConfigError, QualityGateError, Row, evaluator, run_experiment, task
 from patronus_tasks.results import load_experiment
 
-from .conftest import ROOT
+from .conftest import RECORDED_WITHIN, ROOT
 from .servers import FakeServer, Recorded, Reply, chat_completion, serve
 from .waits import sids_written, until
 
@@ -190,7 +190,7 @@ def test_gate_fails_the_prefect_flow_run(prefect_server: str, results_dir: Path)
     with pytest.raises(QualityGateError, match=r"never \[link 0\]: pass rate 0\.0% is below 50\.0%") as gate:
         run_experiment("gated", data=[{"x": 1}], evaluators=[never], results_dir=results_dir,
                        min_pass_rates={"never": 0.5}, print_summary=False)
-    assert gate.value.experiment.wait_recorded(60)  # the flow run's end follows the results
+    assert gate.value.experiment.wait_recorded(RECORDED_WITHIN)  # the flow run's end follows the results
     manifest = json.loads(next(results_dir.rglob("manifest.json")).read_text())
 
     async def state() -> str:

@@ -29,6 +29,7 @@ from patronus_tasks.experiments import (
     run_experiment,
 )
 
+from .conftest import RECORDED_WITHIN
 from .servers import FakeServer, PatronusAPI, Recorded, Reply, serve
 
 KEY = "pt-test-SECRET-0123456789"
@@ -434,7 +435,7 @@ def test_on_prefect_every_call_is_a_task_run_named_as_today(prefect_server: str,
                         task=lambda row, parent, tags: row.task_input.upper(),
                         evaluators=[FuncEvaluatorAdapter(iexact_on_parent)],
                         results_dir=results_dir, print_summary=False, html_report=False)
-    assert ex.results.wait_recorded(60)
+    assert ex.results.wait_recorded(RECORDED_WITHIN)
     names = {r.name for r in asyncio.run(_task_runs(ex.results.manifest["flow_run_id"]))}
     assert names == {"<lambda>-1", "iexact_on_parent-1"}
 

@@ -17,6 +17,8 @@ import pytest
 from patronus_tasks import evaluator, run_experiment, span, task, traced
 from patronus_tasks.trace import MAX_VALUE_CHARS, Trace
 
+from .conftest import RECORDED_WITHIN
+
 ROWS = [{"sid": "a", "evaluated_model_input": "alpha"},
         {"sid": "b", "evaluated_model_input": "beta"}]
 
@@ -182,7 +184,7 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
 
     ex = run_experiment("spans", data=ROWS, task=tooled,
                         results_dir=results_dir, print_summary=False, html_report=False)
-    assert ex.wait_recorded(60)
+    assert ex.wait_recorded(RECORDED_WITHIN)
     runs = {r.name: r for r in asyncio.run(_task_runs(ex.manifest.flow_run_id))}
     assert set(runs) == {"tooled-a", "tooled-b", "plan-a", "plan-b", "lookup-a", "lookup-b"}
     for sid in "ab":
@@ -206,7 +208,7 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
     # a coarser level drops the spans first
     calls_only = run_experiment("spans", data=ROWS, task=tooled, record="calls",
                                 results_dir=results_dir, print_summary=False, html_report=False)
-    assert calls_only.wait_recorded(60)
+    assert calls_only.wait_recorded(RECORDED_WITHIN)
     names = {r.name for r in asyncio.run(_task_runs(calls_only.manifest.flow_run_id))}
     assert names == {"tooled-a", "tooled-b"}
     assert len(calls_only.spans()) == 4  # still in the results
@@ -218,7 +220,7 @@ def test_the_html_report_shows_a_rows_spans_as_a_tree(results_dir: Path) -> None
     chromium_or_skip()
     ex = run_experiment("spans", data=ROWS, task=agent, evaluators=[used_two_docs],
                         backend="local", results_dir=results_dir, print_summary=False)
-    assert ex.wait_recorded(60)  # the report is written after the results
+    assert ex.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
     with Browser() as b:
         b.open((ex.path / "report.html").as_uri())
         b.wait_for("document.body.dataset.ready && document.body.dataset.shown")

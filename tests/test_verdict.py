@@ -15,6 +15,8 @@ from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.summary import EvaluatorStats, Summary
 from patronus_tasks.results.verdict import Rule, judge, rule_of, said
 
+from .conftest import RECORDED_WITHIN
+
 
 def moved(name: str, a: float, b: float, worse: int, better: int, p: float = 0.5) -> EvaluatorComparison:
     return EvaluatorComparison(link_index=0, evaluator=name, paired=20, pass_rate_a=a, pass_rate_b=b,
@@ -95,12 +97,12 @@ def night(wrong: int, results_dir: Path, **options: Any) -> Any:
 def test_fail_on_regression_worse_fails_a_night_one_row_worse(prefect_server: str,
                                                               results_dir: Path) -> None:
     first = night(0, results_dir, series="verdict-rule-1")
-    assert first.wait_recorded(60) and first.manifest.verdict.name == "First run"
+    assert first.wait_recorded(RECORDED_WITHIN) and first.manifest.verdict.name == "First run"
     with pytest.raises(QualityGateError, match=r"right \[link 0\] regressed \(worse\)"):
         night(1, results_dir, series="verdict-rule-1", fail_on_regression="worse")
     # The same night under a looser rule for that evaluator: worse, but nothing fails.
     third = night(2, results_dir, series="verdict-rule-1", regression_threshold={"right": 0.2})
-    assert third.wait_recorded(60)
+    assert third.wait_recorded(RECORDED_WITHIN)
     assert third.manifest.verdict.name == "Regressed"  # one more row worse than better
 
 
