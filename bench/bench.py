@@ -39,6 +39,10 @@ from servers import SERVERS, Server, settle, start, tree_cpu, wait  # noqa: E402
 #: measured when this Python exists.
 PATRONUS_PYTHON = Path(os.environ.get("PATRONUS_SDK_PYTHON", "/tmp/patronus-venv/bin/python"))
 MODES = ["plain", "local", "prefect", "patronus"]
+#: `--split-cores`: the CPUs the measured process (and the recorder process it starts)
+#: runs on; the bench and the services it starts (servers, model and API stand-ins) keep
+#: the rest. None: every process may run on every CPU.
+CLIENT_CPUS: set[int] | None = None
 SCENARIOS = {
     "c16": {"rows": 2000, "concurrency": 16, "latency": 0.05, "modes": MODES},
     "c64": {"rows": 2000, "concurrency": 64, "latency": 0.5, "modes": MODES},
@@ -115,7 +119,8 @@ def _measure(mode: str, args: list[str], env: dict[str, str],
              procs: list[list[int]]) -> dict[str, Any]:
     env = {**os.environ, **env}
     before = [tree_cpu(p) for p in procs]
-    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600,
+                         preexec_fn=_on_client_cpus if CLIENT_CPUS else None)
     if out.returncode != 0:
         return {"mode": mode, "error": out.stderr[-1500:]}
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -125,6 +130,25 @@ def _measure(mode: str, args: list[str], env: dict[str, str],
     settle(procs[-1])
     result["lat_cpu"], result["api_cpu"] = (tree_cpu(p) - b for p, b in zip(procs, before, strict=True))
     return result
+
+
+def _on_client_cpus() -> None:
+    assert CLIENT_CPUS
+    os.sched_setaffinity(0, CLIENT_CPUS)  # inherited by the recorder process it starts
+
+
+def split_cores() -> None:
+    """The experiment's machine on the first CPU, the services on the others: as if the
+    Prefect server, the model and the Patronus API ran on hosts of their own. Set before
+    any service starts, so they and all their threads inherit it."""
+    global CLIENT_CPUS
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--split-cores needs 2 CPUs or more")
+    CLIENT_CPUS = {cpus[0]}
+    os.sched_setaffinity(0, set(cpus[1:]))
+    print(f"split cores: the measured process and its recorder on CPU {cpus[0]}, "
+          f"the services on {cpus[1:]}")
 
 
 def report(name: str, scenario: dict[str, Any], results: list[dict[str, Any]]) -> None:
@@ -225,7 +249,12 @@ def main() -> None:
                         "instead of the scenario's")
     parser.add_argument("--repeat", type=int, default=1, help="run the modes this many times "
                         "in turn and report each mode's median ratio to its round's plain loop")
+    parser.add_argument("--split-cores", action="store_true", help="the measured process "
+                        "(and its recorder process) on one CPU, the services on the others: "
+                        "servers and model on hosts of their own, on one machine")
     args = parser.parse_args()
+    if args.split_cores:
+        split_cores()
     if args.rows:
         for scenario in SCENARIOS.values():
             scenario["rows"] = args.rows

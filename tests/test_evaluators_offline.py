@@ -208,6 +208,21 @@ def test_json_valid_and_schema() -> None:
     assert "$.items[1].price: -1 is less than the minimum of 0" in result.explanation
 
 
+def test_json_schema_judges_every_row_of_an_experiment(results_dir: Path) -> None:
+    # One check over many rows: its compiled validator once hid the method that builds it,
+    # and every row after the first valid JSON one was an error ("not callable").
+    outputs = ['{"name": "a", "items": []}', '{"name": "b", "items": [{"price": 1}]}',
+               '{"items": [{"price": -1}]}', "not json"]
+    exp = run_experiment("schema", data=[{"evaluated_model_output": o} for o in outputs],
+                         evaluators=[json_schema(SCHEMA)], results_dir=results_dir, **LOCAL)
+    df = exp.to_dataframe()
+    assert list(df["status"]) == ["ok"] * 4, df["error_message"].tolist()
+    assert list(df["pass"]) == [True, True, False, False]
+    check = json_schema(SCHEMA)
+    check.warm()
+    assert [judge(check, o).pass_ for o in outputs] == [True, True, False, False]
+
+
 def test_json_schema_from_a_file_and_a_bad_schema(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text('{"type": "integer"}')

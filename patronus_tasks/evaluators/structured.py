@@ -73,19 +73,25 @@ def _load_schema(schema: Any) -> dict[str, Any]:
     return schema  # type: ignore[return-value]
 
 
+#: Where a `JsonSchema` keeps its compiled validator (not pickled: Dask ships the check).
+_COMPILED = "_compiled_validator"
+
+
 class JsonSchema(Check):
     factory = "json_schema"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_validator"}
+        return {k: v for k, v in self.__dict__.items() if k != _COMPILED}
 
     def _validator(self) -> Any:
-        found = self.__dict__.get("_validator")
+        # Kept under a name of its own: an instance attribute named like this method
+        # would hide it, and the second call would call the validator itself.
+        found = self.__dict__.get(_COMPILED)
         if found is None:
             import jsonschema
 
             schema = self.options["schema"]
-            found = self.__dict__["_validator"] = jsonschema.validators.validator_for(schema)(schema)
+            found = self.__dict__[_COMPILED] = jsonschema.validators.validator_for(schema)(schema)
         return found
 
     def warm(self) -> None:
