@@ -24,10 +24,11 @@ from patronus_tasks.exceptions import ConfigError, QualityGateError
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
+from patronus_tasks.results.gates import parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
 from patronus_tasks.results.verdict import rule_of, said
 from patronus_tasks.run.observers import Observers, RunFacts, observing
+from patronus_tasks.run.options import giving
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
     from patronus_tasks.prefect.server.stack import ProcStatus
@@ -92,17 +93,26 @@ def _entry(target: str) -> Callable[..., Any]:
     return flows[0]
 
 
-def _call_kwargs(fn: Callable[..., Any], given: dict[str, Any]) -> dict[str, Any]:
+#: Options every experiment the function starts takes (`options.giving`) when the
+#: function itself has no parameter of that name: a flow need not pass them on.
+_GIVEN_TO_EXPERIMENTS = ("resume", "retry_errors")
+
+
+def _call_kwargs(fn: Callable[..., Any], given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The function's keyword arguments, and the options given to its experiments."""
     params = inspect.signature(getattr(fn, "fn", fn)).parameters
-    kwargs = {}
+    kwargs, ambient = {}, {}
     for option, value in given.items():
         names = ("dataset", "data") if option == "data" else (option,)
         accepted = [n for n in names if n in params]
-        if not accepted:
+        if accepted:
+            kwargs[accepted[0]] = value
+        elif option in _GIVEN_TO_EXPERIMENTS:
+            ambient[option] = value
+        else:
             raise _usage(f"{getattr(fn, '__name__', fn)} takes no {'/'.join(names)} parameter "
                          f"for --{option.replace('_', '-')}")
-        kwargs[accepted[0]] = value
-    return kwargs
+    return kwargs, ambient
 
 
 @contextmanager
@@ -155,23 +165,41 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
              "results_dir": str(results_dir) if results_dir else None,
              "resume": resume or None, "retry_errors": retry_errors or None,
              "cache": cache or None, "repeats": repeats}
-    kwargs = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
+    kwargs, ambient = _call_kwargs(fn, {k: v for k, v in given.items() if v is not None})
     try:
-        with _progress_bar() as finished:
+        # The gates go into every experiment: one that fails them fails its flow run.
+        with giving(min_pass_rates=thresholds, min_metrics=minimums, **ambient), \
+                _progress_bar() as finished:
             fn(**kwargs)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     except QualityGateError as exc:
-        gate_errors = exc.failures  # the experiment's own gates; reported below
+        if not finished:
+            raise
+        # Its own gates and the command's; through a flow the error comes back unpickled,
+        # without its experiment: the last one finished is the one that raised it.
+        name = getattr(exc.experiment, "name", None) or finished[-1].name
+        gate_errors = [f"{name}: {failure}" for failure in exc.failures]
     else:
         gate_errors = []
     if not finished:
         raise _usage(f"{target} ran no experiment")
-    failures = gate_errors + [f"{e.name}: {m}" for e in finished for m in (
-        failed_gates(e.summary(), thresholds) + failed_metric_gates(e.summary(), minimums))]
+    failures = gate_errors + _unmatched(finished, thresholds, minimums)
     for message in failures:
         _say("gate failed", message)
     raise typer.Exit(EXIT_GATE if failures else EXIT_OK)
+
+
+def _unmatched(finished: list[Experiment], thresholds: dict[str, float],
+               minimums: dict[str, float]) -> list[str]:
+    """A gate naming an evaluator or metric that no experiment run had fails too."""
+    summaries = [e.summary() for e in finished]
+    evaluators = sorted({s.evaluator for summary in summaries for s in summary.evaluators})
+    metrics = sorted({m.name for summary in summaries for m in summary.metrics})
+    return ([f"{name}: no experiment run has this evaluator (evaluators: "
+             f"{', '.join(evaluators) or 'none'})" for name in thresholds if name not in evaluators]
+            + [f"{name}: no experiment run computed this metric (metrics: "
+               f"{', '.join(metrics) or 'none'})" for name in minimums if name not in metrics])
 
 
 def _pass_rates(e: Experiment) -> str:

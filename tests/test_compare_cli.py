@@ -156,7 +156,7 @@ def test_cli_run_with_gates(tmp_path: Path) -> None:
     assert low.exit_code == 1
     assert "gate failed: cli: nonempty [link 0]: pass rate 50.0% is below 90.0%" in low.stderr
     unknown = cli("--min-pass-rate", "judge=0.9")
-    assert unknown.exit_code == 1 and "judge: no such evaluator" in unknown.stderr
+    assert unknown.exit_code == 1 and "judge: no experiment run has this evaluator" in unknown.stderr
     bad = cli("--max-concurrency", "3")
     assert bad.exit_code == 2 and "takes no max_concurrency parameter" in bad.stderr
 

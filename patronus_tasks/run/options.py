@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, Union
 
@@ -110,6 +112,37 @@ def resolved(options: Mapping[str, Any], defaults: Mapping[str, Any] = DEFAULTS)
             raise ConfigError(f"unknown experiment option {name!r}.{hint} Known options: "
                               f"{', '.join(sorted(defaults))}.")
     return {**defaults, **options}
+
+
+#: What a runner (``patronus-tasks run``) asks of every experiment started in its block
+#: (`giving`): ``resume`` and ``retry_errors`` (for a function that takes no such
+#: parameter), and gates added to each experiment's own: ``min_pass_rates`` for the
+#: evaluators it has, ``min_metrics`` when it computes metrics. Inside the experiment, a
+#: gate that fails fails its flow run too, not only the command's exit code.
+_GIVEN: ContextVar[dict[str, Any]] = ContextVar("patronus_tasks_given", default={})  # noqa: B039
+
+
+@contextmanager
+def giving(**options: Any) -> Iterator[None]:
+    """Let every experiment started while the block runs take ``options`` (see `_GIVEN`)."""
+    token = _GIVEN.set({**_GIVEN.get(), **options})
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
+def with_given(o: dict[str, Any], evaluators: set[str]) -> dict[str, Any]:
+    """Resolved options ``o`` with what a runner gives (`giving`); ``evaluators``: the
+    names of the experiment's evaluators."""
+    given = _GIVEN.get()
+    out = {**o, **{flag: True for flag in ("resume", "retry_errors") if given.get(flag)}}
+    rates = {k: v for k, v in (given.get("min_pass_rates") or {}).items() if k in evaluators}
+    if rates:
+        out["min_pass_rates"] = {**(o["min_pass_rates"] or {}), **rates}
+    if given.get("min_metrics") and o["metrics"]:
+        out["min_metrics"] = {**(o["min_metrics"] or {}), **given["min_metrics"]}
+    return out
 
 
 def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bool]]:
