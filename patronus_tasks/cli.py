@@ -2,7 +2,7 @@
 experiments.
 
 Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
-``--fail-on-regression``); 2 a usage error (bad arguments, unknown experiment, bad file).
+``--fail-on-regression``, ``--fail-on-worse``); 2 a usage error (bad arguments, unknown experiment, bad file).
 """
 
 from __future__ import annotations
@@ -255,7 +255,11 @@ def show(experiment: str, failures: Annotated[bool, typer.Option(
 
 @app.command()
 def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
-                "--fail-on-regression", help="Exit 1 when any row regressed.")] = False,
+                "--fail-on-regression", help="Exit 1 when an evaluator regressed "
+                "significantly (p < 0.05), as fail_on_regression=True.")] = False,
+            fail_on_worse: Annotated[bool, typer.Option(
+                "--fail-on-worse", help="Exit 1 when an evaluator got worse by --drop's rule, "
+                "as fail_on_regression='worse'.")] = False,
             drop: Annotated[float, typer.Option(
                 "--drop", help="The fall in pass rate (or mean score) called worse (0.05: "
                 "5 points); more rows worse than better is worse too.")] = 0.05,
@@ -271,13 +275,19 @@ def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     try:
-        rule = rule_of(drop, False)
+        rule = rule_of(drop, "worse" if fail_on_worse else fail_on_regression)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     # What got worse or better first, counts before p-values; then the figures.
     typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     typer.echo(result.format())
-    if fail_on_regression and result.has_regressions:
+    # The same rule as an experiment's fail_on_regression: one row that flipped is no gate.
+    failing = [e for e in result.evaluators if (fail_on_regression and rule.fails(e))
+               or (fail_on_worse and rule.movement(e) == "worse")]
+    for e in failing:
+        _say("gate failed", f"{e.evaluator} [link {e.link_index}] "
+             + ("got worse" if fail_on_worse else "regressed significantly (p < 0.05)"))
+    if failing:
         raise typer.Exit(EXIT_GATE)
 
 

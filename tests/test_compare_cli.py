@@ -93,9 +93,17 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
                                "(-5.0 points); p=") for line in said), said
     assert "closeness [link 0] better: 0 worse / 20 better rows; mean 0.5 → 0.6 (+0.1); p=0" in said
     assert "McNemar b=5 c=3" in cmp.stdout
-    gated = runner.invoke(app, ["compare", "base", "cand", "--fail-on-regression", *rd])
-    assert gated.exit_code == 1
-    same = runner.invoke(app, ["compare", "base", "base", "--fail-on-regression", *rd])
+    # The gates of an experiment's fail_on_regression: 5 worse / 3 better rows is worse by
+    # the drop rule (-5 points), and far from significant (p=0.73); no single row decides.
+    worse = runner.invoke(app, ["compare", "base", "cand", "--fail-on-worse", *rd])
+    assert worse.exit_code == 1 and "gate failed: exact [link 0] got worse" in worse.stderr
+    not_significant = runner.invoke(app, ["compare", "base", "cand", "--fail-on-regression", *rd])
+    assert not_significant.exit_code == 0, not_significant.stderr
+    # Back the other way, closeness falls on 20 rows by 0.2 (p < 0.05): significant.
+    significant = runner.invoke(app, ["compare", "cand", "base", "--fail-on-regression", *rd])
+    assert significant.exit_code == 1
+    assert "gate failed: closeness [link 0] regressed significantly" in significant.stderr
+    same = runner.invoke(app, ["compare", "base", "base", "--fail-on-regression", "--fail-on-worse", *rd])
     assert same.exit_code == 0
     out = tmp_path / "cand.jsonl"
     exported = runner.invoke(app, ["export", "cand", "--format", "jsonl", "-o", str(out), *rd])
