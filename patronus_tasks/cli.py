@@ -317,13 +317,12 @@ def report(experiment: str,
            results_dir: ResultsDir = None) -> None:
     """Write an experiment's HTML report: one self-contained page (charts, figures, every
     record to sort, filter and open); --against B adds the comparison with B."""
-    from patronus_tasks.report import REPORT_FILE, write_report
+    from patronus_tasks.report import write_report
 
     e = _load(experiment, results_dir)
     baseline = _load(against, results_dir) if against else None
-    name = REPORT_FILE if baseline is None else f"report-vs-{baseline.location.name}.html"
     try:
-        where = write_report(e, baseline, output if output else e.location / name)
+        where = write_report(e, baseline, output)  # default: report-vs-<B>.html with B
     except OSError as exc:
         raise _usage(f"could not write the report: {exc}") from None
     typer.echo(str(where))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from patronus_tasks import Row, evaluator, run_experiment
+from patronus_tasks import ConfigError, Row, evaluator, run_experiment
 from patronus_tasks.cli import app
 from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.store import list_experiments, load_experiment
@@ -69,6 +69,21 @@ def test_compare_finds_known_regressions_and_statistics(two_runs: tuple[Path, Pa
     assert cl.regressed == [] and len(cl.improved) == 20
     assert result.has_regressions and result.only_in_a == result.only_in_b == 0
     assert compare_experiments(a, b).evaluators == result.evaluators  # seeded: repeatable
+
+
+def test_compare_and_report_take_names_as_the_cli_does(two_runs: tuple[Path, Path],
+                                                       results_dir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from patronus_tasks.report import write_report
+
+    monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(results_dir))
+    by_name = compare_experiments("base", "cmp/cand")
+    assert by_name.evaluators == compare_experiments(*(load_experiment(p) for p in two_runs)).evaluators
+    # Beside the run's own report.html, not over it (as `patronus-tasks report --against`).
+    where = write_report("cand", against="base")
+    assert where == two_runs[1] / "report-vs-base.html" and "s26" in Path(where).read_text()
+    with pytest.raises(ConfigError, match="expected an Experiment"):
+        compare_experiments(3, "base")  # type: ignore[arg-type]
 
 
 def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: Path,

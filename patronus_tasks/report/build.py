@@ -9,6 +9,7 @@ from patronus_tasks.record.location import Location
 from patronus_tasks.report.page import ReportInput, render
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.store import as_experiment
 
 logger = logging.getLogger("patronus_tasks")
 #: The report's name in the experiment's folder, beside ``results.parquet``.
@@ -26,12 +27,23 @@ def build_report(experiment: Experiment, against: Experiment | Comparison | None
     return render(ReportInput(experiment, df, experiment.summary(df), comparison, drawn))
 
 
-def write_report(experiment: Experiment, against: Experiment | Comparison | None = None,
+def write_report(experiment: Experiment | str | Path,
+                 against: Experiment | Comparison | str | Path | None = None,
                  path: str | Path | Location | None = None,
                  drawn: dict[str, bytes | None] | None = None) -> Path | Location:
-    """Write the report (to ``path``, else ``report.html`` beside the results); return
-    where it is (a `Path` when local)."""
-    target = Location.of(path) if path is not None else experiment.location / REPORT_FILE
+    """Write the report (to ``path``, else beside the results: ``report.html``, or with
+    ``against`` ``report-vs-<its folder>.html``, leaving the run's own report as it is);
+    return where it is (a `Path` when local). Experiments by object or by what
+    `load_experiment` takes (a folder, ``project/name``, a name)."""
+    experiment = as_experiment(experiment)
+    if isinstance(against, str | Path):
+        against = as_experiment(against)
+    if path is not None:
+        target = Location.of(path)
+    elif isinstance(against, Experiment):
+        target = experiment.location / f"report-vs-{against.location.name}.html"
+    else:
+        target = experiment.location / REPORT_FILE
     target.write_bytes(build_report(experiment, against, drawn).encode("utf-8"))
     return target.local if target.local is not None else target
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.store import as_experiment
 from patronus_tasks.results.summary import unscored_mask
 from patronus_tasks.results.usage import total_cost, usage_totals
 
@@ -287,10 +289,15 @@ def _pairing(oa: pd.DataFrame, ob: pd.DataFrame, pair: str | None) -> str:
     return "sid" if not ra and not rb else ("repeat" if ra == rb else "mean")
 
 
-def compare_experiments(a: Experiment, b: Experiment, *, level: float = 0.95,
-                        n_boot: int = 2000, seed: int = 0, pair: str | None = None) -> Comparison:
+def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, *,
+                        level: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                        pair: str | None = None) -> Comparison:
     """Compare experiment ``b`` with baseline ``a``, pairing rows by sample id (with
-    repeats: ``pair="repeat"`` by sample id and repeat, ``pair="mean"`` rows' means)."""
+    repeats: ``pair="repeat"`` by sample id and repeat, ``pair="mean"`` rows' means).
+
+    Each an `Experiment`, or what `load_experiment` takes (a folder, ``project/name``, a
+    name: its latest run), as on the command line."""
+    a, b = as_experiment(a), as_experiment(b)
     dfa, dfb = a.to_dataframe(), b.to_dataframe()
     oa, ob = _outcomes(dfa), _outcomes(dfb)
     pairing = _pairing(oa, ob, pair)

@@ -56,3 +56,14 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
                           f"({', '.join(sorted({e.project for e in chosen}))}); "
                           "say which: PROJECT/EXPERIMENT.")
     return chosen[-1]
+
+
+def as_experiment(given: Experiment | str | Path) -> Experiment:
+    """``given``, or the experiment `load_experiment` finds by it (a `ConfigError` naming
+    what was given when it is neither)."""
+    if isinstance(given, Experiment):
+        return given
+    if isinstance(given, str | Path):
+        return load_experiment(given)
+    raise ConfigError(f"expected an Experiment, or a folder or name of one (as "
+                      f"load_experiment takes), not {type(given).__name__}.")
