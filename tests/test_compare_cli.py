@@ -108,6 +108,7 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
                                "(-5.0 points); p=") for line in said), said
     assert "closeness [link 0] better: 0 worse / 20 better rows; mean 0.5 → 0.6 (+0.1); p=0" in said
     assert "McNemar b=5 c=3" in cmp.stdout
+    assert "pass rate  A 75.0%  B 70.0%  diff -5.0% [" in cmp.stdout  # rates unsigned, diffs signed
     # The gates of an experiment's fail_on_regression: 5 worse / 3 better rows is worse by
     # the drop rule (-5 points), and far from significant (p=0.73); no single row decides.
     worse = runner.invoke(app, ["compare", "base", "cand", "--fail-on-worse", *rd])

@@ -283,6 +283,9 @@ def test_sql_result_match(out: str, gold: str, options: dict[str, Any], passed: 
     assert result.pass_ is passed, result.explanation
     if "itemz" in out:
         assert "no such table: itemz" in result.explanation
+    if out == "SELECT kind FROM items" and not passed:  # 4 rows against 2: says how many more
+        assert result.explanation.startswith("expected 2 rows [('office',), ('food',)], got 4 rows [")
+        assert result.explanation.endswith(" and 1 more")
 
 
 def test_sql_result_match_on_copies_of_files_and_factories(tmp_path: Path) -> None:

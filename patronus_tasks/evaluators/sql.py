@@ -212,9 +212,8 @@ class SqlResultMatch(Check):
                  "row_overlap": round(rows.overlap(got, want), 6)}
         if same:
             return verdict(True, **facts)
-        return verdict(False, f"expected {len(want)} rows {cut(repr(want[:3]), 150)}, got "
-                       f"{len(got)} rows {cut(repr(got[:3]), 150)}"
-                       + (" (in order)" if ordered else ""), **facts)
+        return verdict(False, f"expected {len(want)} rows {_first(want)}, got {len(got)} rows "
+                       f"{_first(got)}" + (" (in order)" if ordered else ""), **facts)
 
     def _gold_rows(self, gold: str) -> list[tuple[Any, ...]]:
         kept: dict[str, list[tuple[Any, ...]]] = self.__dict__.setdefault("_gold", {})
@@ -323,3 +322,10 @@ def sql_equivalent(*, dialect: str = "sqlite", schema: dict[str, Any] | None = N
     options = {"dialect": dialect, "schema": schema,
                "ignore_aliases": check_choice(owner, "ignore_aliases", ignore_aliases, (True, False))}
     return SqlEquivalent(options, f"the same query as the gold one ({dialect}, normalised by sqlglot)", step)
+
+
+def _first(rows: list[tuple[Any, ...]], shown: int = 3) -> str:
+    """The first rows, saying how many more there are (an explanation said "got 4 rows"
+    and listed 3)."""
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    return cut(repr(rows[:shown]), 150) + more

@@ -127,10 +127,14 @@ class Comparison:
             return []
         def one(usage: list[UsageTotal]) -> str:
             cost = total_cost(usage)
-            return (f"cost {'unknown' if cost is None else f'${cost:.4g}'}, "
+            made = sum(u.calls for u in usage)
+            used = any(u.model or u.input_tokens or u.output_tokens for u in usage)
+            shown = (f"${cost:.4g}" if cost is not None else "unknown" if used
+                     else "none (no model usage recorded)")
+            return (f"cost {shown}, "
                     f"{sum(u.input_tokens for u in usage):,} tokens in, "
                     f"{sum(u.output_tokens for u in usage):,} out, "
-                    f"{sum(u.calls for u in usage)} calls made, {sum(u.cached for u in usage)} cached")
+                    f"{made} calls made, {sum(u.cached for u in usage)} cached")
         lines = ["", "Tokens and cost", f"  A: {one(self.usage_a)}", f"  B: {one(self.usage_b)}"]
         if self.cost_a is not None and self.cost_b is not None:
             lines.append(f"  cost diff {self.cost_b - self.cost_a:+.4g} USD"
@@ -150,10 +154,13 @@ def _shown(m: MetricValue | None) -> str:
     return "-" if m.value is None else f"{m.value:.4g}"
 
 
-def _f(value: float | None, pct: bool = False) -> str:
+def _f(value: float | None, pct: bool = False, signed: bool = False) -> str:
+    """A figure: a share as a percentage, a difference (``signed``) with its sign."""
     if value is None:
         return "-"
-    return f"{value:+.1%}" if pct and value != 0 else (f"{value:.1%}" if pct else f"{value:.3f}")
+    if pct:
+        return f"{value:+.1%}" if signed and value != 0 else f"{value:.1%}"
+    return f"{value:.3f}"
 
 
 def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
@@ -164,7 +171,7 @@ def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
                 f"p={_f(e.mcnemar_p)}" if e.mcnemar_p is not None
                 else f"paired bootstrap of rows' pass shares p={_f(e.pass_p)}")
         lines.append(f"  pass rate  A {_f(e.pass_rate_a, True)}  B {_f(e.pass_rate_b, True)}  "
-                     f"diff {_f(e.pass_diff, True)} [{lo:+.1%}, {hi:+.1%}]  {test}")
+                     f"diff {_f(e.pass_diff, True, signed=True)} [{lo:+.1%}, {hi:+.1%}]  {test}")
     if e.mean_a is not None and e.mean_diff_ci is not None:
         lo, hi = e.mean_diff_ci
         lines.append(f"  mean score A {_f(e.mean_a)}  B {_f(e.mean_b)}  diff {e.mean_diff:+.3f} "
