@@ -218,3 +218,27 @@ def test_cli_run_resume_passes_through(tmp_path: Path) -> None:
         assert again.exit_code == 0, again.stderr
     assert (tmp_path / "calls.txt").read_text().split() == ["1", "2"]  # resumed: no new calls
     assert [p.name for p in (tmp_path / "r" / "cli-resume").iterdir()] == ["again"]
+
+
+def test_a_runners_gates_go_into_the_experiments_that_can_take_them(tmp_path: Path) -> None:
+    from patronus_tasks.execute.setup import make_spec
+    from patronus_tasks.metrics import accuracy_by
+    from patronus_tasks.run.options import giving
+
+    @evaluator
+    def nonempty(evaluated_model_output: str) -> bool:
+        return bool(evaluated_model_output)
+
+    data = [{"evaluated_model_output": "a"}]
+    with giving(min_pass_rates={"nonempty": 0.9, "judge": 0.5}, min_metrics={"accuracy": 0.8},
+                resume=True):
+        plain = make_spec("p", data=data, evaluators=[nonempty], backend="local",
+                          results_dir=tmp_path, min_pass_rates={"nonempty": 0.5})
+        with_metrics = make_spec("p", data=data, evaluators=[nonempty], backend="local",
+                                 results_dir=tmp_path, metrics=[accuracy_by("g")])
+    # The command's gate wins over the experiment's own for the same evaluator; one naming
+    # an evaluator the experiment lacks, or a metric when it computes none, is not its gate.
+    assert plain.min_pass_rates == {"nonempty": 0.9} and plain.min_metrics == {}
+    assert with_metrics.min_metrics == {"accuracy": 0.8}
+    outside = make_spec("p", data=data, evaluators=[nonempty], backend="local", results_dir=tmp_path)
+    assert outside.min_pass_rates == {} and outside.min_metrics == {}

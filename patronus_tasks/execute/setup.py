@@ -204,8 +204,6 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     if not project_name or not isinstance(project_name, str):
         raise ConfigError("project_name must be a non-empty string.")
     o = resolved(options)
-    links = build_chain(o["task"], o["evaluators"], o["chain"])
-    o = with_given(o, {e.name for link in links for e in link.evaluators})
     kind, task_runner = _backend(o["backend"], o["dask_address"])
     concurrency = o["max_concurrency"]
     if not isinstance(concurrency, int) or concurrency < 1:
@@ -227,6 +225,9 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     if o["fail_on_regression"] and kind == "local":
         raise ConfigError("fail_on_regression compares with the previous run of the series, "
                           "which the Prefect server knows: use backend='prefect' (or Dask).")
+    links = build_chain(o["task"], o["evaluators"], o["chain"])
+    o = with_given(o, {e.name for link in links for e in link.evaluators})  # a runner's gates
+    min_metrics = check_thresholds(o["min_metrics"], "min_metrics", rates=False)
     dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
