@@ -22,11 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from patronus_tasks.exceptions import ConfigError, QualityGateError
 from patronus_tasks.record.records import STATUS_ERROR
-from patronus_tasks.results.compare import compare_experiments
+from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.gates import parse_thresholds
+from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
-from patronus_tasks.results.verdict import rule_of, said
+from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
 from patronus_tasks.run.observers import Observers, RunFacts, observing
 from patronus_tasks.run.options import giving
 
@@ -176,30 +176,46 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
     except QualityGateError as exc:
         if not finished:
             raise
-        # Its own gates and the command's; through a flow the error comes back unpickled,
-        # without its experiment: the last one finished is the one that raised it.
-        name = getattr(exc.experiment, "name", None) or finished[-1].name
-        gate_errors = [f"{name}: {failure}" for failure in exc.failures]
+        raised: QualityGateError | None = exc
     else:
-        gate_errors = []
+        raised = None
     if not finished:
         raise _usage(f"{target} ran no experiment")
-    failures = gate_errors + _unmatched(finished, thresholds, minimums)
+    failures = _gate_failures(finished, thresholds, minimums, raised)
     for message in failures:
         _say("gate failed", message)
     raise typer.Exit(EXIT_GATE if failures else EXIT_OK)
 
 
+def _gate_failures(finished: list[Experiment], thresholds: dict[str, float],
+                   minimums: dict[str, float], raised: QualityGateError | None) -> list[str]:
+    """What the gate error that stopped the function said (its experiment's gates, the
+    command's among them), then every finished experiment's misses of the command's gates
+    (a function may catch the error and go on), then gates no experiment that ran had."""
+    messages = []
+    if raised is not None:  # unpickled through a flow: no experiment; the last one raised it
+        name = getattr(raised.experiment, "name", None) or finished[-1].name
+        messages += [f"{name}: {failure}" for failure in raised.failures]
+    for e in finished:
+        summary = e.summary()
+        rates = {k: v for k, v in thresholds.items() if k in {s.evaluator for s in summary.evaluators}}
+        mins = {k: v for k, v in minimums.items() if k in {m.name for m in summary.metrics}}
+        found = failed_gates(summary, rates) + failed_metric_gates(summary, mins)
+        messages += [m for m in (f"{e.name}: {x}" for x in found) if m not in messages]
+    return messages + _unmatched(finished, thresholds, minimums, stopped=raised is not None)
+
+
 def _unmatched(finished: list[Experiment], thresholds: dict[str, float],
-               minimums: dict[str, float]) -> list[str]:
-    """A gate naming an evaluator or metric that no experiment run had fails too."""
+               minimums: dict[str, float], stopped: bool) -> list[str]:
+    """A gate naming an evaluator or metric that no experiment that ran had fails too."""
     summaries = [e.summary() for e in finished]
     evaluators = sorted({s.evaluator for summary in summaries for s in summary.evaluators})
     metrics = sorted({m.name for summary in summaries for m in summary.metrics})
-    return ([f"{name}: no experiment run has this evaluator (evaluators: "
-             f"{', '.join(evaluators) or 'none'})" for name in thresholds if name not in evaluators]
-            + [f"{name}: no experiment run computed this metric (metrics: "
-               f"{', '.join(metrics) or 'none'})" for name in minimums if name not in metrics])
+    cut = " (the function stopped at the first failed gate)" if stopped else ""
+    return ([f"{name}: no experiment that ran has this evaluator (evaluators: "
+             f"{', '.join(evaluators) or 'none'}){cut}" for name in thresholds if name not in evaluators]
+            + [f"{name}: no experiment that ran computed this metric (metrics: "
+               f"{', '.join(metrics) or 'none'}){cut}" for name in minimums if name not in metrics])
 
 
 def _pass_rates(e: Experiment) -> str:
@@ -275,20 +291,30 @@ def compare(a: str, b: str, fail_on_regression: Annotated[bool, typer.Option(
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     try:
-        rule = rule_of(drop, "worse" if fail_on_worse else fail_on_regression)
+        rule = rule_of(drop, False)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     # What got worse or better first, counts before p-values; then the figures.
     typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     typer.echo(result.format())
-    # The same rule as an experiment's fail_on_regression: one row that flipped is no gate.
-    failing = [e for e in result.evaluators if (fail_on_regression and rule.fails(e))
-               or (fail_on_worse and rule.movement(e) == "worse")]
-    for e in failing:
-        _say("gate failed", f"{e.evaluator} [link {e.link_index}] "
-             + ("got worse" if fail_on_worse else "regressed significantly (p < 0.05)"))
+    failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
+    for message in failing:
+        _say("gate failed", message)
     if failing:
         raise typer.Exit(EXIT_GATE)
+
+
+def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: bool) -> list[str]:
+    """The gates of an experiment's ``fail_on_regression`` (True, ``"worse"``): one row
+    that flipped is no gate. Both may be asked; each is checked and said on its own."""
+    failing = []
+    for e in result.evaluators:
+        where = f"{e.evaluator} [link {e.link_index}]"
+        if significant and e.regressed_significantly(ALPHA):
+            failing.append(f"{where} regressed significantly (p < {ALPHA})")
+        if worse and rule.movement(e) == "worse":
+            failing.append(f"{where} got worse")
+    return failing
 
 
 @app.command()

@@ -119,6 +119,9 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
     significant = runner.invoke(app, ["compare", "cand", "base", "--fail-on-regression", *rd])
     assert significant.exit_code == 1
     assert "gate failed: closeness [link 0] regressed significantly" in significant.stderr
+    both = runner.invoke(app, ["compare", "cand", "base", "--fail-on-regression", "--fail-on-worse", *rd])
+    assert both.exit_code == 1 and "closeness [link 0] regressed significantly" in both.stderr
+    assert "closeness [link 0] got worse" in both.stderr and "exact" not in both.stderr
     same = runner.invoke(app, ["compare", "base", "base", "--fail-on-regression", "--fail-on-worse", *rd])
     assert same.exit_code == 0
     out = tmp_path / "cand.jsonl"
@@ -180,7 +183,7 @@ def test_cli_run_with_gates(tmp_path: Path) -> None:
     assert low.exit_code == 1
     assert "gate failed: cli: nonempty [link 0]: pass rate 50.0% is below 90.0%" in low.stderr
     unknown = cli("--min-pass-rate", "judge=0.9")
-    assert unknown.exit_code == 1 and "judge: no experiment run has this evaluator" in unknown.stderr
+    assert unknown.exit_code == 1 and "judge: no experiment that ran has this evaluator" in unknown.stderr
     bad = cli("--max-concurrency", "3")
     assert bad.exit_code == 2 and "takes no max_concurrency parameter" in bad.stderr
 
@@ -203,6 +206,28 @@ def main(dataset: str, results_dir: str, resume: bool = False, retry_errors: boo
 """
 
 
+NO_RESUME_PARAMETER = RESUMABLE.replace(
+    "def main(dataset: str, results_dir: str, resume: bool = False, retry_errors: bool = False):",
+    "def main(dataset: str, results_dir: str):").replace(
+    ", resume=resume,\n                          retry_errors=retry_errors)", ")")
+
+
+@pytest.mark.heavy
+def test_cli_resume_reaches_the_experiments_of_a_function_without_it(tmp_path: Path) -> None:
+    script = tmp_path / "exp.py"
+    script.write_text(NO_RESUME_PARAMETER.replace("sys.argv[-1]", repr(str(tmp_path / "calls.txt"))))
+    assert "resume=" not in NO_RESUME_PARAMETER
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"x": 1}\n{"x": 2}\n')
+    args = ["run", f"{script}:main", "--data", str(data), "--results-dir", str(tmp_path / "r")]
+    first = subprocess.run([sys.executable, "-m", "patronus_tasks", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)  # its calls written
+    assert first.returncode == 0, first.stderr
+    again = CliRunner().invoke(app, [*args, "--resume"])  # in this process: spares ~1.5 s
+    assert again.exit_code == 0, again.stderr
+    assert (tmp_path / "calls.txt").read_text().split() == ["1", "2"]  # resumed: no new calls
+
+
 @pytest.mark.heavy
 def test_cli_run_resume_passes_through(tmp_path: Path) -> None:
     script = tmp_path / "exp.py"
@@ -222,7 +247,6 @@ def test_cli_run_resume_passes_through(tmp_path: Path) -> None:
 
 def test_a_runners_gates_go_into_the_experiments_that_can_take_them(tmp_path: Path) -> None:
     from patronus_tasks.execute.setup import make_spec
-    from patronus_tasks.metrics import accuracy_by
     from patronus_tasks.run.options import giving
 
     @evaluator
@@ -230,15 +254,40 @@ def test_a_runners_gates_go_into_the_experiments_that_can_take_them(tmp_path: Pa
         return bool(evaluated_model_output)
 
     data = [{"evaluated_model_output": "a"}]
-    with giving(min_pass_rates={"nonempty": 0.9, "judge": 0.5}, min_metrics={"accuracy": 0.8},
+    run_experiment("p", data=data, evaluators=[nonempty], backend="local", results_dir=tmp_path,
+                   experiment_name="e", print_summary=False, html_report=False)  # to resume
+
+    def spec(**options: Any) -> Any:
+        return make_spec("p", data=data, evaluators=[nonempty], backend="local",
+                         results_dir=tmp_path, experiment_name="e", **options)
+
+    with giving(min_pass_rates={"nonempty": 0.9, "judge": 0.5}, min_metrics={"f1": 0.8},
                 resume=True):
-        plain = make_spec("p", data=data, evaluators=[nonempty], backend="local",
-                          results_dir=tmp_path, min_pass_rates={"nonempty": 0.5})
-        with_metrics = make_spec("p", data=data, evaluators=[nonempty], backend="local",
-                                 results_dir=tmp_path, metrics=[accuracy_by("g")])
-    # The command's gate wins over the experiment's own for the same evaluator; one naming
-    # an evaluator the experiment lacks, or a metric when it computes none, is not its gate.
-    assert plain.min_pass_rates == {"nonempty": 0.9} and plain.min_metrics == {}
-    assert with_metrics.min_metrics == {"accuracy": 0.8}
-    outside = make_spec("p", data=data, evaluators=[nonempty], backend="local", results_dir=tmp_path)
-    assert outside.min_pass_rates == {} and outside.min_metrics == {}
+        looser, stricter = spec(min_pass_rates={"nonempty": 0.5}), spec(min_pass_rates={"nonempty": 0.95})
+        fresh = spec(resume=False)  # a baseline the flow starts fresh on purpose
+    # Of the command's gate and the experiment's own on one evaluator the stricter holds;
+    # one naming an evaluator the experiment lacks is not its gate; the metric gates wait
+    # for the metrics computed (`execute.run._metric_gates`).
+    assert looser.min_pass_rates == {"nonempty": 0.9} and stricter.min_pass_rates == {"nonempty": 0.95}
+    assert looser.min_metrics == {} and looser.given_min_metrics == {"f1": 0.8}
+    assert looser.replay == "resume" and fresh.replay is None
+    outside = spec()
+    assert outside.min_pass_rates == {} and outside.given_min_metrics == {} and outside.replay is None
+
+
+def test_a_runners_metric_gate_fails_only_the_experiment_computing_it(tmp_path: Path) -> None:
+    from patronus_tasks import QualityGateError
+    from patronus_tasks.metrics import accuracy_by
+    from patronus_tasks.run.options import giving
+
+    @evaluator
+    def is_a(evaluated_model_output: str) -> bool:
+        return evaluated_model_output == "a"
+
+    data = [{"evaluated_model_output": o, "g": "x"} for o in ("a", "b")]
+    kwargs: dict[str, Any] = dict(data=data, evaluators=[is_a], backend="local",
+                                  results_dir=tmp_path, print_summary=False, html_report=False)
+    with giving(min_metrics={"accuracy[g=x]": 0.9}):
+        run_experiment("no-metrics", **kwargs)  # computes no such metric: not its gate
+        with pytest.raises(QualityGateError, match=r"accuracy\[g=x\]: 0.5 is below 0.9"):
+            run_experiment("with-metrics", metrics=[accuracy_by("g")], **kwargs)

@@ -150,11 +150,22 @@ def gate_failures(spec: ExperimentSpec, experiment: Experiment,
     """
     m = experiment.manifest
     failures = error_gate(m.errored_rows, m.rows, spec.fail_on_error)
-    if spec.min_pass_rates or spec.min_metrics:
+    if spec.min_pass_rates or spec.min_metrics or spec.given_min_metrics:
         summary = summary or experiment.summary()
         failures += failed_gates(summary, spec.min_pass_rates)
-        failures += failed_metric_gates(summary, spec.min_metrics)
+        failures += failed_metric_gates(summary, _metric_gates(spec, summary))
     return failures
+
+
+def _metric_gates(spec: ExperimentSpec, summary: Summary) -> dict[str, float]:
+    """The experiment's own metric gates, and a runner's for the metrics it computed (the
+    stricter of two on one metric)."""
+    gates = dict(spec.min_metrics)
+    computed = {m.name for m in summary.metrics}
+    for name, minimum in spec.given_min_metrics.items():
+        if name in computed:
+            gates[name] = max(minimum, gates.get(name, minimum))
+    return gates
 
 
 class Keeper(Protocol):

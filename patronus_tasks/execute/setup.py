@@ -32,9 +32,11 @@ from patronus_tasks.run.options import (
     BackendOption,
     ExperimentOptions,
     TaskRunnerOption,
+    given_flags,
+    given_gates,
+    given_metric_gates,
     pick_data,
     resolved,
-    with_given,
 )
 from patronus_tasks.run.spec import BACKENDS, BackendKind, ExperimentSpec, ReplayMode
 from patronus_tasks.settings import default_results_dir
@@ -197,6 +199,10 @@ def _check_not_a_worker_import() -> None:
         "backend='dask' without a cluster of your own needs no guard.")
 
 
+def _evaluator_names(links: tuple[Link, ...]) -> set[str]:
+    return {e.name for link in links for e in link.evaluators}
+
+
 def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
@@ -226,8 +232,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
         raise ConfigError("fail_on_regression compares with the previous run of the series, "
                           "which the Prefect server knows: use backend='prefect' (or Dask).")
     links = build_chain(o["task"], o["evaluators"], o["chain"])
-    o = with_given(o, {e.name for link in links for e in link.evaluators})  # a runner's gates
-    min_metrics = check_thresholds(o["min_metrics"], "min_metrics", rates=False)
+    o.update(given_flags(options))  # a runner's (`options.giving`)
     dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
@@ -235,7 +240,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
                           concurrency, _free_dir(root, project_name, name), kind,
                           fail_on_error=o["fail_on_error"],
-                          min_pass_rates=dict(o["min_pass_rates"] or {}),
+                          min_pass_rates=given_gates(o["min_pass_rates"], _evaluator_names(links)),
                           task_runner=task_runner, dask_address=o["dask_address"],
                           on_progress=o["on_progress"], series=o["series"],
                           fail_on_regression=rule.fail_on is not None, rule=rule,
@@ -243,7 +248,8 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           html_report=bool(o["html_report"]), repeats=repeats,
                           cache=cache_setting(o["cache"]), results_root=root,
                           prices=PriceTable(o["prices"]), metrics=metrics,
-                          min_metrics=min_metrics, metadata=_check_metadata(o["metadata"]))
+                          min_metrics=min_metrics, given_min_metrics=given_metric_gates(),
+                          metadata=_check_metadata(o["metadata"]))
     if o["resume"] or o["retry_errors"] or o["experiment_id"]:
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:

@@ -32,9 +32,11 @@ def write_report(experiment: Experiment | str | Path,
                  path: str | Path | Location | None = None,
                  drawn: dict[str, bytes | None] | None = None) -> Path | Location:
     """Write the report (to ``path``, else beside the results: ``report.html``, or with
-    ``against`` ``report-vs-<its folder>.html``, leaving the run's own report as it is);
+    an ``against`` experiment ``report-vs-<its folder>.html``, leaving the run's own
+    report as it is; with a `Comparison`, as the post-run writer passes, ``report.html``);
     return where it is (a `Path` when local). Experiments by object or by what
-    `load_experiment` takes (a folder, ``project/name``, a name)."""
+    `load_experiment` takes (a folder, ``project/name``, a name under the default results
+    directory)."""
     experiment = as_experiment(experiment)
     if isinstance(against, str | Path):
         against = as_experiment(against)

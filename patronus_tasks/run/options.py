@@ -115,10 +115,11 @@ def resolved(options: Mapping[str, Any], defaults: Mapping[str, Any] = DEFAULTS)
 
 
 #: What a runner (``patronus-tasks run``) asks of every experiment started in its block
-#: (`giving`): ``resume`` and ``retry_errors`` (for a function that takes no such
-#: parameter), and gates added to each experiment's own: ``min_pass_rates`` for the
-#: evaluators it has, ``min_metrics`` when it computes metrics. Inside the experiment, a
-#: gate that fails fails its flow run too, not only the command's exit code.
+#: (`giving`): ``resume`` and ``retry_errors`` (for an experiment not given them itself),
+#: and gates besides each experiment's own: ``min_pass_rates`` for the evaluators it has,
+#: ``min_metrics`` for the metrics it computes (known once computed: see
+#: `ExperimentSpec.given_min_metrics`). Inside the experiment, a gate that fails fails its
+#: flow run too, not only the command's exit code.
 _GIVEN: ContextVar[dict[str, Any]] = ContextVar("patronus_tasks_given", default={})  # noqa: B039
 
 
@@ -132,17 +133,26 @@ def giving(**options: Any) -> Iterator[None]:
         _GIVEN.reset(token)
 
 
-def with_given(o: dict[str, Any], evaluators: set[str]) -> dict[str, Any]:
-    """Resolved options ``o`` with what a runner gives (`giving`); ``evaluators``: the
-    names of the experiment's evaluators."""
+def given_flags(options: Mapping[str, Any]) -> dict[str, bool]:
+    """The runner's ``resume``/``retry_errors`` for an experiment whose own ``options`` do
+    not say (an explicit ``resume=False`` stays: a baseline started fresh on purpose)."""
     given = _GIVEN.get()
-    out = {**o, **{flag: True for flag in ("resume", "retry_errors") if given.get(flag)}}
-    rates = {k: v for k, v in (given.get("min_pass_rates") or {}).items() if k in evaluators}
-    if rates:
-        out["min_pass_rates"] = {**(o["min_pass_rates"] or {}), **rates}
-    if given.get("min_metrics") and o["metrics"]:
-        out["min_metrics"] = {**(o["min_metrics"] or {}), **given["min_metrics"]}
-    return out
+    return {f: True for f in ("resume", "retry_errors") if given.get(f) and f not in options}
+
+
+def given_gates(own: Mapping[str, float] | None, evaluators: set[str]) -> dict[str, float]:
+    """The experiment's ``min_pass_rates`` with the runner's for its ``evaluators``; of two
+    gates on one evaluator the stricter holds (a command never loosens a flow's gate)."""
+    merged = dict(own or {})
+    for name, rate in (_GIVEN.get().get("min_pass_rates") or {}).items():
+        if name in evaluators:
+            merged[name] = max(rate, merged.get(name, rate))
+    return merged
+
+
+def given_metric_gates() -> dict[str, float]:
+    """The runner's ``min_metrics``, each a gate where the experiment computes it."""
+    return dict(_GIVEN.get().get("min_metrics") or {})
 
 
 def split_run(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bool]]:

@@ -63,6 +63,8 @@ class ExperimentSpec:
     prices: PriceTable = field(default_factory=PriceTable)
     metrics: tuple[Metric, ...] = ()  # dataset-level evaluators, run after the rows
     min_metrics: dict[str, float] = field(default_factory=dict)
+    #: A runner's metric gates (`options.giving`): each applies if this experiment computes it.
+    given_min_metrics: dict[str, float] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None  # the experiment's own facts (JSON)
 
     @property
