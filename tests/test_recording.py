@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -165,8 +164,10 @@ async def slow_and_chatty(row: Row) -> str:
 
 
 async def _until_running(name: str) -> None:
+    from prefect.settings import PREFECT_API_URL
+
     body = {"task_runs": {"name": {"any_": [name]}, "state": {"type": {"any_": ["RUNNING"]}}}}
-    async with httpx.AsyncClient(base_url=os.environ["PREFECT_API_URL"], timeout=10) as client:
+    async with httpx.AsyncClient(base_url=str(PREFECT_API_URL.value()), timeout=10) as client:
         for _ in range(1200):
             if (await client.post("/task_runs/filter", json=body)).json():
                 return
@@ -199,31 +200,31 @@ async def _states_and_logs(flow_run_id: str) -> dict[str, tuple[list[str], list[
         return out
 
 
-def _state_names(exp: Any) -> dict[str, str | None]:
-    """Each task run's own current state, by name."""
-    runs = asyncio.run(_runs(exp.manifest["flow_run_id"]))
-    return {r.name: r.state.name if r.state is not None else None for r in runs}
-
-
 def test_slow_calls_show_running_and_logs_attach_to_their_task_run(
-        prefect_server: str, results_dir: Path) -> None:
-    exp = run_experiment("recording", data=[{"x": 1}, {"x": 2}], task=slow_and_chatty,
-                         experiment_name="ui", results_dir=results_dir, print_summary=False)
-    assert exp.wait_recorded(RECORDED_WITHIN)
-    found = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))
+        tmp_path: Path, prefect_template_db: Path, results_dir: Path) -> None:
+    # A server of its own: on the shared one, now and then a state row of these runs went
+    # missing while the other tests' faults (stalls, resends, restarts of their recorders)
+    # went on beside them (["Running"] without "Completed"; a fast run with no state row),
+    # seen twice in four full runs and never alone. What this test checks is what the
+    # recorder sends; its history here is exact.
+    from .prefect_servers import api_of, start_server
+
+    server = start_server(tmp_path / "home", prefect_template_db)
+    try:
+        with api_of(server.api_url):
+            exp = run_experiment("recording", data=[{"x": 1}, {"x": 2}], task=slow_and_chatty,
+                                 experiment_name="ui", results_dir=results_dir,
+                                 print_summary=False)
+            assert exp.wait_recorded(RECORDED_WITHIN)
+            found = asyncio.run(_states_and_logs(exp.manifest["flow_run_id"]))
+    finally:
+        server.stop()
     # Row 1 returns only once the server showed its task run Running (else its row is an
-    # error): still going after 1 s, it was sent Running. Its state history on the shared
-    # server is ["Running", "Completed"], or now and then ["Completed"] when the server's
-    # task-run recorder, busy with the other tests' runs, kept the run but not the earlier
-    # state row (issue 34's notes).
+    # error): still going after 1 s, it was sent Running, then Completed.
     assert list(exp.to_dataframe()["task_output"]) == ["done", "done"]
-    assert found["slow_and_chatty-1"][0] in (["Running", "Completed"], ["Completed"])
-    # Fast: one event, not two. Its state history is that one state, or (a busy shared
-    # server's task-run recorder now and then keeps the run without its state rows) none,
-    # and then the run itself holds it.
-    fast = found["slow_and_chatty-2"][0]
-    assert fast == ["Completed"] or (not fast and _state_names(exp)["slow_and_chatty-2"]
-                                     == "Completed")
+    assert found["slow_and_chatty-1"][0] == ["Running", "Completed"]
+    # Fast: one event, not two.
+    assert found["slow_and_chatty-2"][0] == ["Completed"]
     for sid in ("1", "2"):
         logs = found[f"slow_and_chatty-{sid}"][1]
         assert f"thinking about {sid}" in logs and f"still at {sid}" in logs
