@@ -291,3 +291,29 @@ def test_a_runners_metric_gate_fails_only_the_experiment_computing_it(tmp_path: 
         run_experiment("no-metrics", **kwargs)  # computes no such metric: not its gate
         with pytest.raises(QualityGateError, match=r"accuracy\[g=x\]: 0.5 is below 0.9"):
             run_experiment("with-metrics", metrics=[accuracy_by("g")], **kwargs)
+
+
+@pytest.mark.heavy
+def test_the_main_flow_gated_and_resumed_through_the_cli(
+        prefect_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's main flow from the command line with a gate it misses and `--resume`
+    (which the flow takes no parameter for: its experiments are given it): the command
+    exits 1, and the experiment's flow run, which the UI shows, ends Failed too."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    monkeypatch.chdir(ROOT)  # the flow's dataset path is the repository's
+    monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(tmp_path))
+    out = CliRunner().invoke(app, ["run", str(ROOT / "flows" / "text_to_sql.py"), "--resume",
+                                   "--experiment-name", "gated",
+                                   "--min-pass-rate", "result_matches_gold=0.99"])
+    assert out.exit_code == 1, out.stderr
+    assert "gate failed: gated: result_matches_gold [link 0]: pass rate" in out.stderr
+    manifest = json.loads((tmp_path / "text-to-sql" / "gated" / "manifest.json").read_text())
+
+    async def state() -> Any:
+        async with get_client() as client:
+            return (await client.read_flow_run(manifest["flow_run_id"])).state
+
+    assert asyncio.run(state()).type.value == "FAILED"

@@ -72,21 +72,3 @@ def test_main_job_prints_summary_and_keeps_every_task_run(tmp_path: Path) -> Non
     assert kept["events"] == 0, kept
     assert "runs on Prefect's built-in server" in out.stderr  # and how to keep one instead
     assert "patronus-tasks server up" in out.stderr
-    _gated_through_the_cli(tmp_path, env, home)
-
-
-def _gated_through_the_cli(tmp_path: Path, env: dict[str, str], home: Path) -> None:
-    """The same flow from the command line with a gate it misses and `--resume` (which the
-    flow takes no parameter for: its experiments are given it): the command exits 1, and
-    the experiment's flow run, which the UI shows, ends Failed too."""
-    out = subprocess.run([sys.executable, "-m", "patronus_tasks", "run",
-                          str(ROOT / "flows" / "text_to_sql.py"), "--resume",
-                          "--experiment-name", "gated", "--min-pass-rate", "result_matches_gold=0.99"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1, out.stderr[-3000:]
-    assert "gate failed: gated: result_matches_gold [link 0]: pass rate" in out.stderr
-    manifest = json.loads((tmp_path / "results" / "text-to-sql" / "gated" / "manifest.json").read_text())
-    with sqlite3.connect(home / "prefect.db") as db:
-        state = db.execute("SELECT state_type, state_name FROM flow_run WHERE id = ?",
-                           (manifest["flow_run_id"],)).fetchone()
-    assert state[0] == "FAILED", state
