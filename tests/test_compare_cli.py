@@ -78,12 +78,17 @@ def test_compare_and_report_take_names_as_the_cli_does(two_runs: tuple[Path, Pat
 
     monkeypatch.setenv("PATRONUS_TASKS_RESULTS_DIR", str(results_dir))
     by_name = compare_experiments("base", "cmp/cand")
+    assert (by_name.a, by_name.b) == ("base", "cand")
     assert by_name.evaluators == compare_experiments(*(load_experiment(p) for p in two_runs)).evaluators
     # Beside the run's own report.html, not over it (as `patronus-tasks report --against`).
     where = write_report("cand", against="base")
     assert where == two_runs[1] / "report-vs-base.html" and "s26" in Path(where).read_text()
     with pytest.raises(ConfigError, match="expected an Experiment"):
         compare_experiments(3, "base")  # type: ignore[arg-type]
+    again = run_experiment("cmp", data=_data(set(range(1, 31)), 0.0), evaluators=[exact],
+                           experiment_name="base", backend="local", results_dir=results_dir,
+                           print_summary=False, html_report=False)
+    assert compare_experiments(two_runs[0], again).b == "base (base-2)"  # not both "base"
 
 
 def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: Path,

@@ -319,7 +319,14 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
         for (link, name), g in merged.groupby(["link_index", "evaluator_name"], sort=True)
     ]
     sids_a, sids_b = set(oa["sid"]), set(ob["sid"])
-    return Comparison(a=a.name, b=b.name, evaluators=groups,
+    return Comparison(a=_label(a), b=_label(b), evaluators=groups,
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
                       metrics_a=a.metrics, metrics_b=b.metrics)
+
+
+def _label(e: Experiment) -> str:
+    """A run's name, with its folder when that differs: two runs of one experiment name
+    (``cached``, ``cached-2``) were both called ``cached``."""
+    folder = e.location.name
+    return e.name if folder == e.name else f"{e.name} ({folder})"
