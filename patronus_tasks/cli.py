@@ -26,9 +26,10 @@ from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
 from patronus_tasks.results.store import list_experiments, load_experiment
+from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
 from patronus_tasks.run.observers import Observers, RunFacts, observing
-from patronus_tasks.run.options import giving
+from patronus_tasks.run.options import giving, stricter
 
 if TYPE_CHECKING:  # the server commands import Prefect's stack when run
     from patronus_tasks.prefect.server.stack import ProcStatus
@@ -196,19 +197,18 @@ def _gate_failures(finished: list[Experiment], thresholds: dict[str, float],
     if raised is not None:  # unpickled through a flow: no experiment; the last one raised it
         name = getattr(raised.experiment, "name", None) or finished[-1].name
         messages += [f"{name}: {failure}" for failure in raised.failures]
-    for e in finished:
-        summary = e.summary()
-        rates = {k: v for k, v in thresholds.items() if k in {s.evaluator for s in summary.evaluators}}
-        mins = {k: v for k, v in minimums.items() if k in {m.name for m in summary.metrics}}
+    summaries = [e.summary() for e in finished]  # each read once
+    for e, summary in zip(finished, summaries, strict=True):
+        rates = stricter({}, thresholds, {s.evaluator for s in summary.evaluators})
+        mins = stricter({}, minimums, {m.name for m in summary.metrics})
         found = failed_gates(summary, rates) + failed_metric_gates(summary, mins)
         messages += [m for m in (f"{e.name}: {x}" for x in found) if m not in messages]
-    return messages + _unmatched(finished, thresholds, minimums, stopped=raised is not None)
+    return messages + _unmatched(summaries, thresholds, minimums, stopped=raised is not None)
 
 
-def _unmatched(finished: list[Experiment], thresholds: dict[str, float],
+def _unmatched(summaries: list[Summary], thresholds: dict[str, float],
                minimums: dict[str, float], stopped: bool) -> list[str]:
     """A gate naming an evaluator or metric that no experiment that ran had fails too."""
-    summaries = [e.summary() for e in finished]
     evaluators = sorted({s.evaluator for summary in summaries for s in summary.evaluators})
     metrics = sorted({m.name for summary in summaries for m in summary.metrics})
     cut = " (the function stopped at the first failed gate)" if stopped else ""

@@ -31,6 +31,7 @@ from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.usage import USAGE_COLUMNS, total_cost, usage_totals
 from patronus_tasks.run import observers
 from patronus_tasks.run.loop import Backend, RecordStream, Rows, RunTotals
+from patronus_tasks.run.options import stricter
 from patronus_tasks.run.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -160,12 +161,7 @@ def gate_failures(spec: ExperimentSpec, experiment: Experiment,
 def _metric_gates(spec: ExperimentSpec, summary: Summary) -> dict[str, float]:
     """The experiment's own metric gates, and a runner's for the metrics it computed (the
     stricter of two on one metric)."""
-    gates = dict(spec.min_metrics)
-    computed = {m.name for m in summary.metrics}
-    for name, minimum in spec.given_min_metrics.items():
-        if name in computed:
-            gates[name] = max(minimum, gates.get(name, minimum))
-    return gates
+    return stricter(spec.min_metrics, spec.given_min_metrics, {m.name for m in summary.metrics})
 
 
 class Keeper(Protocol):

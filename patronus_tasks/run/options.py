@@ -140,14 +140,20 @@ def given_flags(options: Mapping[str, Any]) -> dict[str, bool]:
     return {f: True for f in ("resume", "retry_errors") if given.get(f) and f not in options}
 
 
-def given_gates(own: Mapping[str, float] | None, evaluators: set[str]) -> dict[str, float]:
-    """The experiment's ``min_pass_rates`` with the runner's for its ``evaluators``; of two
-    gates on one evaluator the stricter holds (a command never loosens a flow's gate)."""
+def stricter(own: Mapping[str, float] | None, given: Mapping[str, float],
+             names: set[str]) -> dict[str, float]:
+    """``own`` gates with the ``given`` ones that name one of ``names``; of two gates on
+    one name the stricter holds (a command never loosens a flow's gate)."""
     merged = dict(own or {})
-    for name, rate in (_GIVEN.get().get("min_pass_rates") or {}).items():
-        if name in evaluators:
-            merged[name] = max(rate, merged.get(name, rate))
+    for name, minimum in given.items():
+        if name in names:
+            merged[name] = max(minimum, merged.get(name, minimum))
     return merged
+
+
+def given_gates(own: Mapping[str, float] | None, evaluators: set[str]) -> dict[str, float]:
+    """The experiment's ``min_pass_rates`` with the runner's for its ``evaluators``."""
+    return stricter(own, _GIVEN.get().get("min_pass_rates") or {}, evaluators)
 
 
 def given_metric_gates() -> dict[str, float]:
