@@ -1,0 +1,150 @@
+"""Commands over finished experiments: list, show, compare, export, report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, say, usage
+from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.records import STATUS_ERROR
+from patronus_tasks.results.compare import Comparison, compare_experiments
+from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.store import list_experiments
+from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
+
+
+def _pass_rates(e: Experiment) -> str:
+    try:
+        stats = e.summary().evaluators
+    except FileNotFoundError:
+        return "(no results)"
+    return ", ".join(f"{s.evaluator} {'-' if s.pass_rate is None else f'{s.pass_rate:.0%}'}"
+                     for s in stats)
+
+
+def list_(results_dir: ResultsDir = None) -> None:
+    """Past experiments: name, start time, status, rows, errors and pass rates."""
+    runs = list_experiments(results_dir)
+    if not runs:
+        typer.echo("no experiments")
+        return
+    for e in runs:
+        m = e.manifest
+        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  "
+                   f"rows={m.rows}  errors={m.task_errors + m.evaluator_errors}  "
+                   f"{_pass_rates(e)}")
+
+
+def _failure_lines(e: Experiment) -> list[str]:
+    df = e.to_dataframe()
+    bad = df[(df["status"] == STATUS_ERROR) | (df["pass"] == False)]  # noqa: E712
+    lines = []
+    for r in bad.itertuples():
+        step = r.evaluator_name if isinstance(r.evaluator_name, str) else r.task_name
+        if r.status == STATUS_ERROR:
+            lines.append(f"  sid={r.sid} link={r.link_index} {step}: {r.error_type}: {r.error_message}")
+        else:
+            lines.append(f"  sid={r.sid} link={r.link_index} {step}: failed"
+                         + (f" ({r.explanation})" if isinstance(r.explanation, str) else ""))
+    return lines
+
+
+def show(experiment: ExperimentArg, failures: Annotated[bool, typer.Option(
+             "--failures", help="List rows that errored or failed an evaluator.")] = False,
+         results_dir: ResultsDir = None) -> None:
+    """An experiment's summary."""
+    e = load(experiment, results_dir)
+    typer.echo(e.format_summary())
+    if failures:
+        lines = _failure_lines(e)
+        typer.echo(f"\nFailures ({len(lines)}):" if lines else "\nNo failures.")
+        for line in lines:
+            typer.echo(line)
+
+
+def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's name, run folder or path.")],
+            b: Annotated[str, typer.Argument(help="The run compared with it (name, run folder or path).")],
+            fail_on_regression: Annotated[bool, typer.Option(
+                "--fail-on-regression", help="Exit 1 when an evaluator regressed "
+                "significantly (p < 0.05), as fail_on_regression=True.")] = False,
+            fail_on_worse: Annotated[bool, typer.Option(
+                "--fail-on-worse", help="Exit 1 when an evaluator got worse by --drop's rule, "
+                "as fail_on_regression='worse'.")] = False,
+            drop: Annotated[float, typer.Option(
+                "--drop", help="The fall in pass rate (or mean score) called worse (0.05: "
+                "5 points); more rows worse than better is worse too.")] = 0.05,
+            pair: Annotated[str | None, typer.Option(
+                "--pair", help="With repeats: 'repeat' pairs runs by sample id and repeat, "
+                "'mean' compares rows' means (default: 'repeat' when both ran the same "
+                "repeats, else 'mean').")] = None,
+            results_dir: ResultsDir = None) -> None:
+    """Compare experiment B with baseline A, pairing rows by sample id; then their
+    dataset-level metrics, tokens and cost."""
+    try:
+        result = compare_experiments(load(a, results_dir), load(b, results_dir), pair=pair)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    try:
+        rule = rule_of(drop, False)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    # What got worse or better first, counts before p-values; then the figures.
+    typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
+    typer.echo(result.format())
+    failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
+    for message in failing:
+        say("gate failed", message)
+    if failing:
+        raise typer.Exit(EXIT_GATE)
+
+
+def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: bool) -> list[str]:
+    """The gates of an experiment's ``fail_on_regression`` (True, ``"worse"``): one row
+    that flipped is no gate. Both may be asked; each is checked and said on its own."""
+    failing = []
+    for e in result.evaluators:
+        where = f"{e.evaluator} [link {e.link_index}]"
+        if significant and e.regressed_significantly(ALPHA):
+            failing.append(f"{where} regressed significantly (p < {ALPHA})")
+        if worse and rule.movement(e) == "worse":
+            failing.append(f"{where} got worse")
+    return failing
+
+
+def export(experiment: ExperimentArg,
+           format: Annotated[str, typer.Option("--format", help="csv or jsonl")] = "csv",
+           output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+           results_dir: ResultsDir = None) -> None:
+    """Write an experiment's records as CSV or JSON Lines (to stdout without --output)."""
+    if format not in ("csv", "jsonl"):
+        raise usage(f"--format must be csv or jsonl, not {format!r}")
+    e = load(experiment, results_dir)
+    text = e.to_csv() if format == "csv" else e.to_json()
+    if output is None:
+        sys.stdout.write(text or "")
+    else:
+        output.write_text(text or "", encoding="utf-8")
+
+
+def report(experiment: ExperimentArg,
+           output: Annotated[str | None, typer.Option(
+               "--output", "-o", help="Where to write it (default: report.html beside the "
+               "results; with --against, report-vs-<B>.html there).")] = None,
+           against: Annotated[str | None, typer.Option(
+               "--against", help="Another run (the baseline), compared row by row.")] = None,
+           results_dir: ResultsDir = None) -> None:
+    """Write an experiment's HTML report: one self-contained page (charts, figures, every
+    record to sort, filter and open); --against B adds the comparison with B."""
+    from patronus_tasks.report import write_report
+
+    e = load(experiment, results_dir)
+    baseline = load(against, results_dir) if against else None
+    try:
+        where = write_report(e, baseline, output)  # default: report-vs-<B>.html with B
+    except OSError as exc:
+        raise usage(f"could not write the report: {exc}") from None
+    typer.echo(str(where))
