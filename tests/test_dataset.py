@@ -99,3 +99,28 @@ def test_content_hash_tracks_content() -> None:
     a, b = load_dataset(RECORDS), load_dataset(RECORDS)
     c = load_dataset([{**RECORDS[0], "n": 9}, RECORDS[1]])
     assert a.content_hash() == b.content_hash() != c.content_hash()
+
+
+def test_a_csv_cell_holding_a_json_list_of_passages_is_that_list(tmp_path: Path) -> None:
+    """As a JSON Lines file and the SDK 0.1.x's read_csv give it: a RAG evaluator moved
+    from JSONL to CSV must not get ``ctx[0] == '['``; a plain passage stays a str."""
+    path = tmp_path / "rag.csv"
+    pd.DataFrame({"q": ["a", "b", "c"],
+                  "ctx": ['["Paris is in France.", "France is in Europe."]', "one passage",
+                          "[not json"]}).to_csv(path, index=False)
+    rows = list(read_csv(path, evaluated_model_input_field="q",
+                         evaluated_model_retrieved_context_field="ctx").rows())
+    assert [r.evaluated_model_retrieved_context for r in rows] == [
+        ["Paris is in France.", "France is in Europe."], "one passage", "[not json"]
+    assert next(load_dataset(str(path)).rows())["ctx"].startswith("[")  # other columns: as read
+
+
+def test_a_mistyped_row_attribute_and_a_missing_file_say_what_there_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = next(load_dataset([{"evaluated_model_input": "x", "topic": "t"}]).rows())
+    with pytest.raises(AttributeError, match="no column 'evaluated_model_inptu'; its columns: "
+                                             "evaluated_model_input, topic, sid"):
+        _ = row.evaluated_model_inptu
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError, match=f"looked for {tmp_path.resolve() / 'data' / 'qa.jsonl'}"):
+        load_dataset("data/qa.jsonl")

@@ -336,3 +336,44 @@ def test_repeats_are_kept_together_under_their_row(results_dir: Path) -> None:
     df = exp.to_dataframe()
     assert df["sid"].tolist() == [str(i) for i in range(1, 7) for _ in range(3)]
     assert df["repeat"].tolist() == [1, 2, 3] * 6
+
+
+def test_the_summary_says_what_the_errors_were_most_frequent_first(
+        results_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The console shows why rows failed, not only how many (the SDK printed each)."""
+    @task
+    def answer(evaluated_model_input: str) -> str:
+        if evaluated_model_input != "a":
+            raise RuntimeError(f"model API 500\n(body for {evaluated_model_input})")
+        return "A!"
+
+    @evaluator
+    def picky(evaluated_model_output: str) -> bool:
+        raise ValueError("no verdict for " + evaluated_model_output)
+
+    run_experiment("proj", data=DATA, task=answer, evaluators=[shouts, picky],
+                   backend="local", results_dir=results_dir)
+    out = capsys.readouterr().out
+    lines = out[out.index("Errors, most frequent first"):].splitlines()
+    assert lines[1] == "  2 x task 'answer': RuntimeError: model API 500  (first: sid 2)"
+    assert lines[2] == "  1 x evaluator 'picky': ValueError: no verdict for A!  (first: sid 1)"
+    assert lines[3].startswith("Results: ")
+
+
+def test_a_timeout_raised_by_the_steps_own_code_keeps_its_message(results_dir: Path) -> None:
+    """A socket's TimeoutError is the code's error, with its message and traceback; only
+    a ``timeout_seconds`` that ran out is said as the step's timeout."""
+    @task
+    def answer(evaluated_model_input: str) -> str:
+        raise TimeoutError("read timed out from api.example.com after 30 s")
+
+    @task(timeout_seconds=0.05)
+    async def slow(evaluated_model_input: str) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    df = run(results_dir, data=DATA[:1], task=answer, evaluators=[shouts])
+    assert df["error_message"].iloc[0] == "read timed out from api.example.com after 30 s"
+    assert "raise TimeoutError" in df["error_traceback"].iloc[0]
+    df = run(results_dir, data=DATA[:1], task=slow, evaluators=[shouts])
+    assert df["error_message"].iloc[0] == "task 'slow' timed out after 0.05 s"

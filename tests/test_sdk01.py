@@ -496,3 +496,49 @@ def test_the_experiments_own_api_key_and_url_serve_its_remote_evaluators(
                         api_key="pt-given-KEY-42", api_url=server.url, **_local(results_dir))
     assert ex.to_dataframe()["eval.pass"].tolist() == [False]
     assert {r.headers.get("x-api-key") for r in server.requests} == {"pt-given-KEY-42"}
+
+
+def test_code_moved_with_the_top_level_swap_is_told_which_import_to_use(results_dir: Path) -> None:
+    """`import patronus_tasks as patronus` gives the 0.0.x names at the top level: each
+    mix-up says the import that fits, never a hint the code already follows."""
+    @patronus.evaluator
+    def exact(evaluated_model_output: str) -> bool:
+        return True
+
+    with pytest.raises(ValueError, match=r"from patronus_tasks\.evals import evaluator"):
+        FuncEvaluatorAdapter(exact)
+    data = [{"task_input": "a", "task_output": "b", "gold_answer": "b"}]
+    with pytest.raises(patronus.ConfigError, match=r"import it from patronus_tasks\.experiments"):
+        patronus.run_experiment(data, evaluators=[exact], **_local(results_dir))
+    with pytest.raises(patronus.ConfigError, match=r"data= is the SDK 0\.0\.x name"):
+        run_experiment(data=data, evaluators=[FuncEvaluatorAdapter(iexact_match)],
+                       **_local(results_dir))
+    # The 0.0.x result takes the 0.1.x name of its score; a wrong name lists the fields.
+    assert patronus.EvaluationResult(score=0.5, pass_=True).score_raw == 0.5
+    with pytest.raises(ValueError, match="has no field 'explain'; its fields: pass_, score_raw"):
+        patronus.EvaluationResult(explain="x")
+
+
+def test_a_one_number_array_is_a_score_from_every_evaluator_kind(results_dir: Path) -> None:
+    """An embedding's cosine comes back as an array of one: a score, as the README says."""
+    @evaluator
+    def cosine(row: Row, **kwargs: Any) -> Any:
+        return np.array([[0.7]])
+
+    class Cos(StructuredEvaluator):
+        def evaluate(self, *, task_output: str, **kwargs: Any) -> Any:
+            return np.array([0.25])
+
+    data = [{"task_input": "a", "task_output": "b", "gold_answer": "b"}]
+    ex = run_experiment(data, evaluators=[FuncEvaluatorAdapter(cosine), Cos()], **_local(results_dir))
+    df = ex.to_dataframe()
+    assert df["status"].tolist() == ["ok", "ok"], df["error_message"].tolist()
+    assert sorted(df["eval.score"]) == [0.25, 0.7]
+
+    @patronus.evaluator
+    def old_style(evaluated_model_output: str) -> Any:
+        return np.array([np.float32(0.5)])
+
+    old = patronus.run_experiment("p", data=[{"evaluated_model_output": "x"}],
+                                  evaluators=[old_style], **_local(results_dir))
+    assert old.to_dataframe()["score"].tolist() == [0.5]

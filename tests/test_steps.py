@@ -117,3 +117,24 @@ def test_evaluation_result_conversion_and_pass_alias() -> None:
     assert dumped["pass"] is False and "pass_" not in dumped
     assert er.evaluation_duration == dt.timedelta(seconds=1.5)
     assert EvaluationResult.model_validate({"pass": True}).pass_ is True
+
+
+def test_run_options_set_on_the_class_are_the_defaults() -> None:
+    """``retries = 2`` on a subclass counts as ``inline`` and ``cache`` there do; the
+    constructor's value wins when given, 0 included."""
+    class Flaky(Task):
+        retries, retry_delay_seconds, timeout_seconds = 2, 0.5, 5.0
+
+        def execute(self, evaluated_model_input: str) -> str:
+            return evaluated_model_input
+
+    class Judge(Evaluator):
+        retries = 3
+
+        def evaluate(self, evaluated_model_output: str) -> bool:
+            return True
+
+    flaky = Flaky()
+    assert (flaky.retries, flaky.retry_delay_seconds, flaky.timeout_seconds) == (2, 0.5, 5.0)
+    assert Flaky(retries=0).retries == 0 and Judge().retries == 3
+    assert Task.retries == 0 and Judge(retries=1).retries == 1

@@ -180,7 +180,8 @@ def _check_path(path: str | Path, fmt: str | None = None) -> tuple[Path, str]:
             "Use .csv, .jsonl (or .ndjson) or .parquet, or pass a list of dicts or a DataFrame."
         )
     if not path.is_file():
-        raise DatasetError(f"{path}: no such dataset file.")
+        where = "" if path.is_absolute() else f" (looked for {path.resolve()})"
+        raise DatasetError(f"{path}: no such dataset file{where}.")
     return path, fmt
 
 
@@ -189,7 +190,24 @@ def _load_file(path: str | Path, fmt: str | None, sid_field: str | None, fields:
     checked, fmt = _check_path(path, fmt)
     df = _read_file(checked, fmt, **kwargs)
     df = _rename(df, _field_mapping(sid_field, fields), str(checked))
+    if fmt == "csv" and _CONTEXT in df.columns:
+        df[_CONTEXT] = df[_CONTEXT].map(_json_list)
     return Dataset(df, source=str(checked))
+
+
+_CONTEXT = "evaluated_model_retrieved_context"
+
+
+def _json_list(cell: Any) -> Any:
+    """A CSV cell holding a JSON list of passages, as the list (as a JSON Lines file and
+    the SDK 0.1.x's ``read_csv`` give it); any other cell as it is."""
+    if not isinstance(cell, str) or not cell.lstrip().startswith("["):
+        return cell
+    try:
+        parsed = json.loads(cell)
+    except ValueError:
+        return cell
+    return parsed if isinstance(parsed, list) else cell
 
 
 def read_csv(path: str | Path, *, sid_field: str | None = None, **fields: Any) -> Dataset:

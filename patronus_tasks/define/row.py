@@ -38,7 +38,13 @@ class Row(pd.Series):
 
     def __getattr__(self, name: str) -> Any:
         # Columns read as attributes give None for missing values, like the properties.
-        value = super().__getattr__(name)
+        try:
+            value = super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_"):
+                raise
+            raise AttributeError(f"the row has no column {name!r}; its columns: "
+                                 f"{', '.join(map(str, self.index))}") from None
         return value if name.startswith("_") else clean(value)
 
     def _field(self, name: str) -> Any:

@@ -143,12 +143,34 @@ class EvaluationResult(BaseModel):
     def _str_tags(cls, v: Any) -> Any:
         return _check_tags(v)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sdk_names(cls, data: Any) -> Any:
+        """``score=`` (the SDK 0.1.x's name) is ``score_raw``; an unknown name is said with
+        the fields there are (pydantic's "Extra inputs are not permitted" named no fix)."""
+        if not isinstance(data, dict):
+            return data
+        if "score" in data:
+            if data.get("score_raw") is not None:
+                raise ValueError("give score_raw= or score= (the SDK 0.1.x's name), not both")
+            data = {**{k: v for k, v in data.items() if k != "score"}, "score_raw": data["score"]}
+        if not data.keys() <= _EVALUATION_NAMES:
+            unknown = sorted(data.keys() - _EVALUATION_NAMES)
+            raise ValueError(f"EvaluationResult has no field {', '.join(map(repr, unknown))}; "
+                             f"its fields: pass_, {', '.join(f for f in cls.model_fields if f != 'pass_')}")
+        return data
+
     @field_validator("score_raw", mode="before")
     @classmethod
     def _finite_score(cls, v: Any) -> Any:
+        if isinstance(v, np.ndarray) and v.size == 1:  # an embedding's cosine
+            v = float(v.reshape(-1)[0])
         if v is not None and isinstance(v, float) and math.isnan(v):
             raise ValueError("score_raw is NaN; return None for 'no score'")
         return v
+
+
+_EVALUATION_NAMES = frozenset(EvaluationResult.model_fields) | {"pass"}
 
 
 def to_task_result(value: Any) -> TaskResult | None:
@@ -166,6 +188,8 @@ def to_evaluation_result(value: Any) -> EvaluationResult | None:
     """Convert an evaluator's return value; raise `InvalidResultError` for unsupported types."""
     if value is None or isinstance(value, EvaluationResult):
         return value
+    if isinstance(value, np.ndarray) and value.size == 1:  # an embedding's cosine
+        value = value.reshape(-1)[0]
     if isinstance(value, (bool, np.bool_)):
         return EvaluationResult(pass_=bool(value), score_raw=float(value))
     if isinstance(value, numbers.Real):

@@ -41,9 +41,15 @@ class Step:
     #: What the cache keys its answers by besides its inputs; None: a hash of its code.
     version: str | None = None
 
-    def _setup(self, name: str | None, retries: int, retry_delay_seconds: float,
+    def _setup(self, name: str | None, retries: int | None, retry_delay_seconds: float | None,
                timeout_seconds: float | None, inline: bool | None = None,
                cache: bool | None = None, version: str | None = None) -> None:
+        # None: the class's own (``retries = 2`` on a subclass, as ``inline`` and ``cache``).
+        cls = type(self)
+        retries = cls.retries if retries is None else retries
+        retry_delay_seconds = cls.retry_delay_seconds if retry_delay_seconds is None \
+            else retry_delay_seconds
+        timeout_seconds = cls.timeout_seconds if timeout_seconds is None else timeout_seconds
         if retries < 0 or retry_delay_seconds < 0:
             raise ConfigError(f"{self.kind} {name!r}: retries and retry_delay_seconds must be >= 0")
         if timeout_seconds is not None and timeout_seconds <= 0:
@@ -149,8 +155,8 @@ class Task(Step):
     allowed = TASK_PARAMS
     method = "execute"
 
-    def __init__(self, name: str | None = None, *, retries: int = 0,
-                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
+    def __init__(self, name: str | None = None, *, retries: int | None = None,
+                 retry_delay_seconds: float | None = None, timeout_seconds: float | None = None,
                  inline: bool | None = None, cache: bool | None = None,
                  version: str | None = None) -> None:
         self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline, cache, version)
@@ -173,8 +179,9 @@ class Evaluator(Step):
     #: not in it.
     weight: float | None = None
 
-    def __init__(self, name: str | None = None, *, criteria: str | None = None, retries: int = 0,
-                 retry_delay_seconds: float = 0.0, timeout_seconds: float | None = None,
+    def __init__(self, name: str | None = None, *, criteria: str | None = None,
+                 retries: int | None = None, retry_delay_seconds: float | None = None,
+                 timeout_seconds: float | None = None,
                  inline: bool | None = None, cache: bool | None = None,
                  version: str | None = None, weight: float | str | None = None) -> None:
         self._setup(name, retries, retry_delay_seconds, timeout_seconds, inline, cache, version)

@@ -88,6 +88,8 @@ def coerce(value: Any, evaluator_id: str) -> EvaluationResult | None:
     the SDK itself raised a TypeError), recorded as skipped, out of the pass rates."""
     if value is None or isinstance(value, EvaluationResult):
         return value
+    if isinstance(value, np.ndarray) and value.size == 1:  # an embedding's cosine
+        value = value.reshape(-1)[0]
     if isinstance(value, bool | np.bool_):
         return EvaluationResult(pass_=bool(value), score=float(value))
     if isinstance(value, int | float | np.number):

@@ -203,12 +203,21 @@ def _evaluator_names(links: tuple[Link, ...]) -> set[str]:
     return {e.name for link in links for e in link.evaluators}
 
 
+def _not_a_project_name(given: object) -> str:
+    if isinstance(given, str):
+        return "project_name must be a non-empty string."
+    return (f"project_name must be a non-empty string, not {type(given).__name__}: this "
+            "run_experiment is the SDK 0.0.x form, run_experiment(project_name, data=..., "
+            "task=..., evaluators=[...]); for the SDK 0.1.x form, run_experiment(dataset, "
+            "task=..., evaluators=[...]), import it from patronus_tasks.experiments.")
+
+
 def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
     _check_not_a_worker_import()
     if not project_name or not isinstance(project_name, str):
-        raise ConfigError("project_name must be a non-empty string.")
+        raise ConfigError(_not_a_project_name(project_name))
     o = resolved(options)
     kind, task_runner = _backend(o["backend"], o["dask_address"])
     concurrency = o["max_concurrency"]

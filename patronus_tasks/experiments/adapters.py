@@ -123,6 +123,12 @@ class FuncEvaluatorAdapter(BaseEvaluatorAdapter):
     says."""
 
     def __init__(self, fn: Any, weight: str | float | None = None) -> None:
+        if isinstance(fn, _steps.Evaluator):  # `import patronus_tasks as patronus` code
+            raise ValueError(
+                f"{fn.name!r} is decorated with patronus_tasks.evaluator, the SDK 0.0.x "
+                "decorator; FuncEvaluatorAdapter takes the SDK 0.1.x one: "
+                "`from patronus_tasks.evals import evaluator` (or pass it, unadapted, to the "
+                "0.0.x patronus_tasks.run_experiment / Client.experiment).")
         if not getattr(fn, "_pat_evaluator", False):
             raise ValueError(f"{getattr(fn, '__name__', fn)!r} is not an evaluator. Hint: add "
                              "@evaluator (from patronus_tasks.evals) to the function.")

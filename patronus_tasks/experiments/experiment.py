@@ -47,7 +47,7 @@ _SDK_ONLY = ("service", "api_key", "api_url", "otel_endpoint", "otel_exporter_ot
              "ui_url", "timeout_s", "integrations", "verify_ssl")
 
 
-def run_experiment(dataset: Any, task: TaskFn | None = None, evaluators: Sequence[Any] | None = None,
+def run_experiment(dataset: Any = None, task: TaskFn | None = None, evaluators: Sequence[Any] | None = None,
                    chain: Sequence[ChainLink] | None = None, tags: Tags | None = None,
                    max_concurrency: int = 10, project_name: str | None = None,
                    experiment_name: str | None = None, **kwargs: Any) -> Any:
@@ -58,6 +58,11 @@ def run_experiment(dataset: Any, task: TaskFn | None = None, evaluators: Sequenc
     Options of this package go in ``kwargs`` too (``results_dir=``, ``backend=``,
     ``cache=``, ``metadata=``...); the SDK's connection options are accepted and unused.
     """
+    if dataset is None:
+        raise ConfigError(
+            "run_experiment needs the dataset first: run_experiment(dataset, task=..., "
+            "evaluators=[...])" + (" (data= is the SDK 0.0.x name; this is the 0.1.x form)"
+                                   if "data" in kwargs else ""))
     run = _arun(dataset, task, evaluators, chain, tags, max_concurrency, project_name,
                 experiment_name, kwargs)
     try:

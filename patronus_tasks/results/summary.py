@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,6 +61,26 @@ class EvaluatorStats:
 
 
 @dataclass(frozen=True)
+class ErrorKind:
+    """Rows that failed the same way: one step, one error type, one message's first line."""
+
+    step: str  # "task 'answer'" or "evaluator 'exact'"
+    error_type: str
+    message: str
+    count: int
+    first_sid: str
+
+    def format(self) -> str:
+        return (f"  {self.count} x {self.step}: {self.error_type}: {self.message}"
+                f"  (first: sid {self.first_sid})")
+
+
+#: Error kinds a summary shows, most frequent first; the rest are counted.
+SHOWN_ERROR_KINDS = 5
+_MESSAGE_CHARS = 160
+
+
+@dataclass(frozen=True)
 class Summary:
     """An experiment's per-evaluator statistics and error counts."""
 
@@ -80,6 +101,10 @@ class Summary:
     weighted_score: float | None = None
     weighted_rows: int = 0
     unweighted_rows: int = 0
+    #: What the errors were, most frequent first (as many as `SHOWN_ERROR_KINDS`), and
+    #: how many kinds there were in all: the console says why, not only how many.
+    error_kinds: list[ErrorKind] = field(default_factory=list)
+    error_kind_count: int = 0
 
     @property
     def cost_usd(self) -> float | None:
@@ -122,9 +147,18 @@ class Summary:
             f"Samples: {self.samples}   Task errors: {self.task_errors}   "
             f"Evaluator errors: {self.evaluator_errors}   Skipped tasks: {self.skipped_tasks}"
         )
+        lines.extend(self._error_lines())
         if self.location:
             lines.append(f"Results: {self.location}")
         return "\n".join(lines)
+
+    def _error_lines(self) -> list[str]:
+        if not self.error_kinds:
+            return []
+        more = self.error_kind_count - len(self.error_kinds)
+        return (["Errors, most frequent first (each row's in the error_type, error_message "
+                 "and error_traceback columns):"] + [k.format() for k in self.error_kinds]
+                + ([f"  and {more} more kinds"] if more > 0 else []))
 
 
 def _weighted_headline(s: Summary) -> str:
@@ -188,7 +222,7 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
 
 #: The record columns `summarize` reads.
 SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name", "status",
-                   "error_stage", "error_type", "pass", "score", "weight", *USAGE_COLUMNS)
+                   "error_stage", "error_type", "error_message", "pass", "score", "weight", *USAGE_COLUMNS)
 
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
@@ -218,7 +252,31 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
         metrics=list(metrics),
         runs=len(df.drop_duplicates(["sid", "repeat"])) if len(df) else 0,
         weighted_score=weighted, weighted_rows=weighted_rows, unweighted_rows=unweighted_rows,
+        **_error_kinds(task_errors, evals[evals["status"] == STATUS_ERROR]),
     )
+
+
+def _error_kinds(task_errors: pd.DataFrame, evaluator_errors: pd.DataFrame) -> dict[str, Any]:
+    """Errors grouped by step, type and their message's first line, most frequent first."""
+    kinds: dict[tuple[str, str, str], list[Any]] = {}
+    for kind, frame in (("task", task_errors), ("evaluator", evaluator_errors)):
+        if frame.empty:
+            continue
+        names = frame["task_name" if kind == "task" else "evaluator_name"]
+        messages = frame.get("error_message", pd.Series(None, index=frame.index))
+        for name, etype, message, sid in zip(names, frame["error_type"], messages, frame["sid"],
+                                             strict=True):
+            key = (f"{kind} {name!r}", str(etype), _first_line(message))
+            kinds.setdefault(key, [0, str(sid)])[0] += 1
+    ordered = sorted(kinds.items(), key=lambda kv: -kv[1][0])  # stable: first seen first
+    return {"error_kinds": [ErrorKind(*key, count, sid)
+                            for key, (count, sid) in ordered[:SHOWN_ERROR_KINDS]],
+            "error_kind_count": len(kinds)}
+
+
+def _first_line(message: Any) -> str:
+    text = str(message).strip().split("\n", 1)[0] if isinstance(message, str) else "(no message)"
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS - 3] + "..."
 
 
 def _per_link(records: pd.DataFrame) -> dict[int, int]:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+#: A line saying the same as the last one is said again after this long.
+_REPEAT_SECONDS = 20.0
 _PROGRESS_SECONDS = 5.0
 
 
@@ -98,8 +100,9 @@ def drain(timeout: float | None = None) -> bool:
 
     Returns whether all of it finished; Ctrl-C (or ``timeout``) stops the wait.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    said = False
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    said, last = False, ("", start)
     waited: list[Pending] = []
     try:
         while (left := unfinished()):
@@ -107,8 +110,7 @@ def drain(timeout: float | None = None) -> bool:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if said or not left[0].wait(1.0):
-                _say("Waiting for " + "; ".join(p.describe() for p in left)
-                     + " (Ctrl-C stops waiting; the results are written already)")
+                last = _progress(left, last, start)
                 said = True
                 left[0].wait(_PROGRESS_SECONDS)
     except KeyboardInterrupt:
@@ -117,6 +119,17 @@ def drain(timeout: float | None = None) -> bool:
     if said:
         _say(_outcome(waited))
     return True
+
+
+def _progress(left: list[Pending], last: tuple[str, float], start: float) -> tuple[str, float]:
+    """Say what is left when it changed, or `_REPEAT_SECONDS` after it was last said (the
+    same line every 5 s looked like a hang), with the time waited so far."""
+    what, now = "; ".join(p.describe() for p in left), time.monotonic()
+    if what == last[0] and now - last[1] < _REPEAT_SECONDS:
+        return last
+    _say(f"Waiting for {what} ({now - start:.0f} s so far; Ctrl-C stops waiting, the results "
+         "are written already)")
+    return what, now
 
 
 def _outcome(waited: list[Pending]) -> str:

@@ -78,6 +78,7 @@ class Invocation:
         "handle",
         "kwargs",
         "pool",
+        "raised",
         "run_name",
         "sid",
         "spans",
@@ -92,6 +93,7 @@ class Invocation:
         self.sid = sid
         self.value: Any = None
         self.error: ErrorInfo | None = None
+        self.raised: BaseException | None = None  # what the step's own code raised last
         self.attempts = 0
         self.duration = 0.0
         self.cached = False  # answered from the cache: no call is made
@@ -116,7 +118,7 @@ class Invocation:
             self.value = self._convert(raw)
             self.error = None
         except Exception as exc:
-            self.error = ErrorInfo.from_exception(exc)
+            self.error, self.raised = ErrorInfo.from_exception(exc), exc
             raise
         finally:
             self.duration += time.perf_counter() - start
@@ -130,8 +132,9 @@ class Invocation:
             return _settled(policy.call, fn, self.kwargs)
         # Sync user code runs in a thread so one slow call never blocks the others;
         # the copied context keeps Prefect's run context (and its logger) visible.
-        call = functools.partial(contextvars.copy_context().run, policy.call, fn, self.kwargs)
-        return asyncio.get_running_loop().run_in_executor(self.pool, call)
+        call = functools.partial(contextvars.copy_context().run, _carrying, policy.call, fn,
+                                 self.kwargs)
+        return _uncarried(asyncio.get_running_loop().run_in_executor(self.pool, call))
 
     def _convert(self, raw: Any) -> Any:
         if isinstance(self.step, Task):
@@ -174,6 +177,29 @@ class Invocation:
         return Trace(spans, duration, None if self.cached else self.cost)
 
 
+class _Carried(Exception):
+    """A TimeoutError on its way out of a thread. asyncio makes a new one of any
+    TimeoutError crossing from a thread's future (`futures._convert_future_exc`), with the
+    message only: the user's traceback (which call timed out where) was lost."""
+
+    def __init__(self, error: TimeoutError) -> None:
+        self.error = error
+
+
+def _carrying(call: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return call(*args)
+    except TimeoutError as exc:
+        raise _Carried(exc) from None
+
+
+async def _uncarried(future: Awaitable[Any]) -> Any:
+    try:
+        return await future
+    except _Carried as carried:
+        raise carried.error from None
+
+
 def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """``call(*args)`` run now, as an awaitable holding its result or exception."""
     future = asyncio.get_running_loop().create_future()
@@ -202,10 +228,12 @@ class LocalStepRunner:
                 await asyncio.wait_for(inv.attempt(), step.timeout_seconds)
                 inv.harvest()
                 return
-            except TimeoutError:
-                inv.record_timeout(step.timeout_seconds)
+            except TimeoutError as exc:
+                if exc is not inv.raised:  # ours; the code's own (a socket's) is kept as it is
+                    inv.record_timeout(step.timeout_seconds)
             except Exception:
                 pass  # recorded on the invocation by attempt()
+            inv.raised = None  # its traceback holds the call's frames
             if attempt < step.retries:
                 await asyncio.sleep(step.retry_delay_seconds)
         inv.harvest()

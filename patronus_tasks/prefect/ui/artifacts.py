@@ -115,7 +115,7 @@ def _summary_row(s: EvaluatorStats, summary: Summary, with_link: bool) -> dict[s
 
 
 #: The record columns the report reads: the summary's, and the failures'.
-REPORT_COLUMNS = (*SUMMARY_COLUMNS, "error_message", "explanation")
+REPORT_COLUMNS = (*SUMMARY_COLUMNS, "explanation")
 
 
 def _errors(df: pd.DataFrame) -> pd.DataFrame:
