@@ -92,6 +92,7 @@ class QualityGateError(ExperimentError):
         super().__init__("quality gate failed: " + "; ".join(failures))
         self.failures = failures
         self.experiment = experiment
+        self.calibration: object = None  # `calibrate`'s figures, when it raised this
 
     def __reduce__(self) -> tuple[type, tuple[list[str], None]]:
         # Picklable (Prefect persists a flow's exception) without the experiment, whose

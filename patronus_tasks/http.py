@@ -152,7 +152,7 @@ class Endpoint:
             if response is not None and response.is_success:
                 return self._json_body(response, method, path, attempt), attempt
             if response is not None and not _retryable(response.status_code):
-                raise RemoteAPIError(self.redact(_failure(method, path, response)),
+                raise RemoteAPIError(self.redact(_failure(method, self.base_url + path, response)),
                                      status=response.status_code, attempts=attempt)
             failures.append(problem)
             if attempt < self.max_attempts:
@@ -163,7 +163,7 @@ class Endpoint:
         status = response.status_code if response is not None else None
         raise RemoteAPIError(
             f"{method} {self.base_url}{path} failed after {self.max_attempts} attempts: "
-            + "; ".join(failures), status=status, attempts=self.max_attempts)
+            + "; ".join(failures) + _hint(failures), status=status, attempts=self.max_attempts)
 
     async def _send(self, method: str, path: str, **kwargs: Any
                     ) -> tuple[httpx.Response | None, str]:
@@ -197,9 +197,26 @@ class Endpoint:
                 await client.aclose()
 
 
-def _failure(method: str, path: str, response: httpx.Response) -> str:
-    return (f"{method} {path}: HTTP {response.status_code} (not retried): "
-            f"{response.text[:500]}")
+_STATUS_HINTS = {
+    401: " (check the API key it was given)",
+    403: " (check the API key it was given)",
+    404: " (check the base URL: an OpenAI-compatible one usually ends in /v1; and the model name)",
+}
+
+
+def _failure(method: str, url: str, response: httpx.Response) -> str:
+    return (f"{method} {url}: HTTP {response.status_code} (not retried)"
+            f"{_STATUS_HINTS.get(response.status_code, '')}: {response.text[:500]}")
+
+
+def _hint(failures: list[str]) -> str:
+    """What to do when every attempt failed the same way."""
+    if all(f == "HTTP 429" for f in failures):
+        return (" (the server kept refusing for its rate: fewer calls at once, max_in_flight=, "
+                "or more tries, max_attempts=)")
+    if all(f in ("ConnectError", "ConnectTimeout") for f in failures):
+        return " (nothing answered there: is the server up, and the URL right?)"
+    return ""
 
 
 #: Seconds of history the pace is measured over (Cloud's limits are per minute).

@@ -14,7 +14,13 @@ from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator, Task
-from patronus_tasks.exceptions import DatasetError, UnparseableResponseError
+from patronus_tasks.exceptions import (
+    ConfigError,
+    DatasetError,
+    JudgeError,
+    RemoteAPIError,
+    UnparseableResponseError,
+)
 from patronus_tasks.http import Endpoint
 from patronus_tasks.trace.spans import span
 
@@ -25,9 +31,20 @@ _RAW_KEPT = 2000
 def openai_endpoint(base_url: str | None = None, api_key: str | None = None, *,
                     max_in_flight: int = 16, timeout: float = 60.0,
                     max_attempts: int = 3) -> Endpoint:
-    """An OpenAI-compatible endpoint from arguments or ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
-    url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    """An OpenAI-compatible endpoint from arguments or ``OPENAI_BASE_URL``/``OPENAI_API_KEY``
+    (api.openai.com with a key and no URL). Neither is a `ConfigError` here, before any
+    row: nothing is asked of a server nobody named (a row's prompt holds its data)."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
     key = api_key or os.environ.get("OPENAI_API_KEY")
+    if not url and not key:
+        raise ConfigError(
+            "no model endpoint: set OPENAI_BASE_URL to an OpenAI-compatible server (vLLM, "
+            "Ollama: http://127.0.0.1:11434/v1) or OPENAI_API_KEY for api.openai.com, or "
+            "pass endpoint=openai_endpoint(base_url=..., api_key=...).")
+    url = url or DEFAULT_BASE_URL
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"model endpoint {url!r}: the base URL needs its scheme "
+                          f"(http://{url} or https://{url}); it usually ends in /v1.")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     return Endpoint(url, headers=headers, max_in_flight=max_in_flight, timeout=timeout,
                     max_attempts=max_attempts)
@@ -157,6 +174,24 @@ def _judge_prompt(criteria: str, fields: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def no_answer(exc: RemoteAPIError, model: str) -> JudgeError:
+    """A judge's endpoint that failed after its retries: no verdict (unscored), not a fail."""
+    if isinstance(exc, JudgeError):
+        return exc
+    return JudgeError(f"judge {model!r} did not answer: {exc}", raw=None, reason="no_answer",
+                      status=exc.status, attempts=exc.attempts)
+
+
+def message_text(answer: Any, model: str) -> str:
+    """The text of a chat completion's first choice; an answer without one is a
+    `JudgeError` (``choices: []`` was an ``IndexError``, counted as a fail)."""
+    try:
+        return str(answer["choices"][0]["message"].get("content") or "")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise JudgeError(f"judge {model!r} answered with no message: {str(answer)[:300]!r}",
+                         raw=str(answer)[:_RAW_KEPT], reason="unparseable", status=200) from None
+
+
 def parse_verdict(text: str, threshold: float = 0.5) -> EvaluationResult:
     """Read a judge's JSON verdict; raise `UnparseableResponseError` keeping the raw text."""
     match = re.search(r"\{.*\}", text or "", re.DOTALL)
@@ -189,6 +224,8 @@ class LLMJudge(Evaluator):
     Its result's ``usage`` holds the model and tokens; ``cache=True`` as `ChatTask`.
     """
 
+    is_judge = True  # a timeout is no verdict
+
     def __init__(self, name: str, pass_criteria: str, *, model: str | None = None,
                  endpoint: Endpoint | None = None, threshold: float = 0.5,
                  timeout_seconds: float | None = None, cache: bool | None = None,
@@ -207,9 +244,12 @@ class LLMJudge(Evaluator):
             "USER INPUT": evaluated_model_input, "RETRIEVED CONTEXT": evaluated_model_retrieved_context,
             "GOLD ANSWER": evaluated_model_gold_answer, "MODEL OUTPUT": evaluated_model_output})
         messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
-        body, attempts = await chat_request(
-            self.endpoint, {"model": self.model, "messages": messages, **self.params})
-        result = parse_verdict(body["choices"][0]["message"]["content"] or "", self.threshold)
+        try:
+            body, attempts = await chat_request(
+                self.endpoint, {"model": self.model, "messages": messages, **self.params})
+        except RemoteAPIError as exc:
+            raise no_answer(exc, self.model) from None
+        result = parse_verdict(message_text(body, self.model), self.threshold)
         return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
                                           "usage": Usage.of(body.get("usage"), self.model)})
 

@@ -44,7 +44,7 @@ class ScriptedJudge:
     """What the judge answers: ``script[marker]`` is a list of replies, one per call whose
     prompt holds the marker (the last one repeated): a dict (the verdict, as JSON), a
     ``str`` (the content as is), or a fault: ``"429"``, ``"500"``, ``("refusal", text)``,
-    ``("logprobs", verdict, key, weights)``. Without a marker: ``default``."""
+    ``("logprobs", verdict, key, weights)``, ``("raw", body)``. Without a marker: ``default``."""
 
     script: dict[str, list[Any]] = field(default_factory=dict)
     default: Any = None
@@ -81,6 +81,8 @@ class ScriptedJudge:
     def _reply(self, reply: Any, model: str) -> Reply:
         if reply in ("429", "500"):
             return int(reply), {"retry-after": "0.2"} if reply == "429" else {}, {"error": {"message": reply}}
+        if isinstance(reply, tuple) and reply[0] == "raw":  # the whole body, as given
+            return 200, {}, reply[1]
         if isinstance(reply, tuple) and reply[0] == "refusal":
             return 200, {}, completion(None, refusal=reply[1], model=model)
         if isinstance(reply, tuple) and reply[0] == "logprobs":

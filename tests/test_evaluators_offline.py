@@ -436,3 +436,41 @@ def test_an_empty_output_fails_without_a_look(make: Any) -> None:
     names = ev.signature.names
     args = [None if n == "evaluated_model_output" else "gold" for n in names]
     assert ev.evaluate(*args).pass_ is False
+
+
+def test_duckdb_stops_a_runaway_query_at_its_timeout() -> None:
+    pytest.importorskip("duckdb")
+    runaway = "SELECT sum(a.range * b.range) FROM range(100000) a, range(100000) b"
+    result = judge(sql_result_match("CREATE TABLE t (x INT);", engine="duckdb", timeout=0.3),
+                   runaway, "SELECT 1")
+    assert not result.pass_ and "ran past its 0.3 s (timeout=)" in result.explanation
+
+
+def test_sql_from_a_chat_models_answer_fences_comments_and_plain_errors() -> None:
+    """Chat models wrap SQL in ```sql fences and comment it: the query is what is judged;
+    sqlglot's terminal underlining stays out of the explanation."""
+    fenced = "Here is the query:\n```sql\nSELECT name FROM items WHERE price > 1\n```\nHope it helps."
+    gold = "SELECT name FROM items WHERE price > 1"
+    assert judge(sql_result_match(SHOP), fenced, gold).pass_
+    assert judge(sql_equivalent(), fenced, gold).pass_
+    assert judge(sql_equivalent(), "-- the answer\n" + gold + " /* done */", gold).pass_
+    bad = judge(sql_equivalent(), "SELEC name FRM items", gold)
+    assert not bad.pass_ and "\x1b[" not in bad.explanation
+
+
+def test_json_in_a_fence_among_words_and_rouge_beyond_english() -> None:
+    said = 'Here you go:\n```json\n{"a": 1}\n```\nAnything else?'
+    assert judge(json_valid(), said).pass_ and judge(json_equal(), said, '{"a": 1}').pass_
+    assert not judge(json_valid(strip_fences=False), said).pass_
+    # rouge-score's default tokenizer keeps a-z and 0-9 only: a gold answer in another
+    # script is the row's error naming the option, and tokenizer="unicode" scores it.
+    with pytest.raises(ConfigError, match="tokenizer='unicode'"):
+        judge(rouge(), "Москва столица", "Москва столица")
+    assert judge(rouge(tokenizer="unicode"), "Москва — столица", "москва столица").score_raw == 1.0
+    assert judge(rouge(tokenizer="unicode"), "Киев", "Москва столица").score_raw == 0.0
+
+
+def test_contains_an_empty_gold_answer_is_the_rows_error_not_a_pass() -> None:
+    for gold in ("", "   "):
+        with pytest.raises(DatasetError, match="the gold answer is empty"):
+            judge(contains(), "anything at all", gold)

@@ -402,3 +402,83 @@ def test_a_judge_that_times_out_after_its_retries_is_unscored_not_failed() -> No
         with pytest.raises(JudgeError, match=r"did not answer.*ReadTimeout") as err:
             _run(judge.evaluate(evaluated_model_output="x"))
     assert err.value.reason == "no_answer" and err.value.attempts == 2
+
+
+def test_every_judge_without_a_verdict_is_unscored_llmjudge_timeouts_and_subclasses_too(
+        results_dir: Path) -> None:
+    """No answer is never a fail: `LLMJudge`'s endpoint down or answering with no message,
+    a judge stopped by its own ``timeout_seconds``, a `JudgeError` subclass of the user's."""
+    from patronus_tasks import evaluator
+    from patronus_tasks.openai import LLMJudge
+
+    class MyJudgeError(JudgeError):
+        pass
+
+    @evaluator
+    def own_judge(evaluated_model_output: str) -> bool:
+        if evaluated_model_output != "GOOD":
+            raise MyJudgeError("my judge could not read it", raw="?", reason="unparseable")
+        return True
+
+    script = ScriptedJudge(script={"GOOD": [{"pass": True, "explanation": "ok"}], "DOWN": ["500"],
+                                   "EMPTY": [("raw", {"choices": []})]},
+                           default={"pass": True, "explanation": "ok"})
+    with judge_server(script) as server:
+        legacy = LLMJudge("legacy", "is fine", model="m", endpoint=endpoint(server, max_attempts=2))
+        exp = run_experiment("unscored", data=rows("GOOD", "DOWN", "EMPTY"),
+                             evaluators=[legacy, own_judge], results_dir=results_dir, **LOCAL)
+        slow = llm_judge("fine", endpoint=endpoint(server), timeout_seconds=0.3, name="slow")
+        script.delay = 1.0
+        timed = run_experiment("unscored", data=rows("GOOD"), evaluators=[slow],
+                               results_dir=results_dir, **LOCAL)
+    for stats in exp.summary().evaluators:
+        assert (stats.passed, stats.judged, stats.unscored) == (1, 1, 2), stats
+    said = exp.to_dataframe().query("evaluator_name == 'legacy'").set_index("sid")["error_message"]
+    assert "did not answer" in said["r1"] and "HTTP 500" in said["r1"]
+    assert "answered with no message" in said["r2"]
+    mine = exp.to_dataframe().query("evaluator_name == 'own_judge' and status == 'error'")
+    assert set(mine["error_type"]) == {"JudgeError"}
+    assert mine["error_message"].str.startswith("MyJudgeError: my judge could not read it").all()
+    late = timed.to_dataframe().iloc[0]
+    assert (late["error_type"], late["pass"]) == ("JudgeError", None)
+    assert "timed out after 0.3 s (timeout_seconds): no verdict" in late["error_message"]
+    assert timed.summary().evaluators[0].unscored == 1
+
+
+def test_a_panels_cost_is_each_models_tokens_at_its_own_price(results_dir: Path) -> None:
+    script = ScriptedJudge(default={"pass": True, "explanation": "ok"})
+    with judge_server(script) as server:
+        panel = llm_judge("fine", judges=[("gpt-4o", endpoint(server)), ("gpt-4o-mini", endpoint(server))])
+        exp = run_experiment("panel-cost", data=rows("a"), evaluators=[panel], results_dir=results_dir,
+                             **LOCAL)
+    row = exp.to_dataframe().iloc[0]
+    assert row["evaluation_model"] == "gpt-4o+gpt-4o-mini" and row["evaluation_input_tokens"] == 200
+    # 100 in, 20 out each: gpt-4o at $2.50/$10 per Mtok, gpt-4o-mini at $0.15/$0.60.
+    gpt4o, mini = 100 * 2.5e-6 + 20 * 10e-6, 100 * 0.15e-6 + 20 * 0.6e-6
+    assert row["evaluation_cost_usd"] == pytest.approx(gpt4o + mini)
+
+
+def test_a_judge_nobody_pointed_anywhere_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is asked of api.openai.com unless said (a row's prompt holds its data)."""
+    from patronus_tasks.openai import LLMJudge
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for make in (lambda: llm_judge("fine"), lambda: LLMJudge("j", "fine"), openai_endpoint):
+        with pytest.raises(ConfigError, match="no model endpoint: set OPENAI_BASE_URL"):
+            make()
+    with pytest.raises(ConfigError, match=r"needs its scheme \(http://127.0.0.1:8000/v1"):
+        openai_endpoint("127.0.0.1:8000/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert openai_endpoint().base_url == "https://api.openai.com/v1"
+
+
+def test_calibrate_gives_its_figures_with_the_gate_that_failed(results_dir: Path) -> None:
+    script = ScriptedJudge(default={"pass": True, "explanation": "ok"})
+    data = [{**r, "label": label} for r, label in zip(rows("a", "b", "c", "d"), [True, False, True, False],
+                                                       strict=True)]
+    with judge_server(script) as server:
+        judge = llm_judge("fine", endpoint=endpoint(server))
+        with pytest.raises(QualityGateError, match="judge_kappa") as err:
+            calibrate(judge, data, min_kappa=0.5, results_dir=results_dir, **LOCAL)
+    assert err.value.calibration.agreement.accuracy == 0.5

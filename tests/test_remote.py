@@ -151,8 +151,10 @@ def test_connection_refused_is_retried_then_recorded(results_dir: Path) -> None:
     judge = LLMJudge("j", "be right", endpoint=openai_endpoint(f"http://127.0.0.1:{port}"))
     judge.endpoint.backoff = 0.01
     df = _run(results_dir, [judge], data=DATA[:1])
-    assert df["error_message"][0].endswith("failed after 3 attempts: ConnectError; ConnectError; "
-                                           "ConnectError")
+    assert df["error_message"][0].endswith(
+        "failed after 3 attempts: ConnectError; ConnectError; ConnectError (nothing answered "
+        "there: is the server up, and the URL right?)")
+    assert df["error_type"][0] == "JudgeError"  # no answer: unscored, not a fail
 
 
 def test_in_flight_limit_is_per_endpoint(patronus: tuple[FakeServer, PatronusAPI],

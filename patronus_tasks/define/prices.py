@@ -92,6 +92,9 @@ class PriceTable:
             return None
         if usage.cost_usd is not None:
             return usage.cost_usd
+        if usage.parts:  # a panel: each model at its price, unknown if one is unknown
+            costs = [self.cost(part) for part in usage.parts]
+            return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
         price = self.table.get(usage.model or "")
         if price is None or usage.input_tokens is None or usage.output_tokens is None:
             return None

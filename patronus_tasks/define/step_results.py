@@ -50,6 +50,9 @@ class Usage(BaseModel):
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
+    #: Several models' calls summed (a judge panel, ``model`` "a+b"): each model's own,
+    #: so each is priced at its price. Not stored: the files keep the sum.
+    parts: tuple[Usage, ...] | None = Field(default=None, exclude=True, repr=False)
 
     @classmethod
     def of(cls, usage: dict[str, Any] | None, model: str | None) -> Usage | None:

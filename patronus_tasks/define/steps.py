@@ -40,6 +40,9 @@ class Step:
     cache: bool | None = None
     #: What the cache keys its answers by besides its inputs; None: a hash of its code.
     version: str | None = None
+    #: A judge: a call that timed out gave no verdict (unscored, as its `JudgeError`s),
+    #: rather than a failed one.
+    is_judge: ClassVar[bool] = False
 
     def _setup(self, name: str | None, retries: int | None, retry_delay_seconds: float | None,
                timeout_seconds: float | None, inline: bool | None = None,

@@ -19,7 +19,7 @@ from patronus_tasks.define.step_results import Usage
 from patronus_tasks.evaluators.forms import Form, Reading, value_weights
 from patronus_tasks.exceptions import JudgeError, RemoteAPIError
 from patronus_tasks.http import Endpoint
-from patronus_tasks.openai import chat_request
+from patronus_tasks.openai import chat_request, no_answer
 
 _RAW_KEPT = 2000
 _REFUSING = re.compile(r"\b(?:I(?:'m| am) sorry|I can(?:no|')t|I cannot|I'm unable|I am unable|"
@@ -95,8 +95,7 @@ async def ask(j: Judgement, messages: list[dict[str, str]], form: Form, caps: Ca
         except RemoteAPIError as exc:
             if _refused_option(exc, body, j, caps):
                 continue
-            raise JudgeError(f"judge {j.model!r} did not answer: {exc}", raw=None, reason="no_answer",
-                             status=exc.status, attempts=exc.attempts) from None
+            raise no_answer(exc, j.model) from None
     return read_answer(answer, j.model, form, attempts)
 
 
@@ -156,5 +155,6 @@ def total_usage(answers: list[Answer]) -> Usage | None:
         counts = [getattr(u, name) for u in usages]
         return None if any(c is None for c in counts) else sum(counts)
 
+    parts = tuple(usages) if len(models) > 1 else None  # each priced at its own model's price
     return Usage(model="+".join(models) or None, input_tokens=total("input_tokens"),
-                 output_tokens=total("output_tokens"))
+                 output_tokens=total("output_tokens"), parts=parts)

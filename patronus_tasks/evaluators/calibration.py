@@ -14,8 +14,9 @@ import pandas as pd
 from patronus_tasks.define.metrics import Metric
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.evaluators.forms import Choices, Numeric, PassFail
-from patronus_tasks.exceptions import ConfigError, DatasetError
+from patronus_tasks.exceptions import ConfigError, DatasetError, QualityGateError
 from patronus_tasks.results.agreement import CALIBRATION_TAG, Agreement, agreement, as_verdict, category
+from patronus_tasks.results.experiment import Experiment
 
 
 def judge_agreement(evaluator: str | Evaluator, label: str = "label", *, prefix: str = "judge") -> Metric:
@@ -105,8 +106,8 @@ def calibrate(judge: Evaluator, data: Any, *, label: str = "label", project: str
     where they disagree. The run is an ordinary experiment (tagged ``calibration``): its
     metrics (``judge_kappa``, ...) are in its manifest, summary, Prefect artifacts and HTML
     report, whose calibration section shows the matrix and the disagreeing rows.
-    ``min_kappa``: a gate (`QualityGateError` below it); other options go to
-    `run_experiment`.
+    ``min_kappa``: a gate (`QualityGateError` below it, its ``calibration`` the figures
+    that failed it: matrix, disagreeing rows); other options go to `run_experiment`.
     """
     from patronus_tasks.api import run_experiment
 
@@ -119,6 +120,12 @@ def calibrate(judge: Evaluator, data: Any, *, label: str = "label", project: str
         gates["judge_kappa"] = min_kappa
     tags = {**(options.pop("tags", None) or {}), CALIBRATION_TAG: f"{judge.name}|{label}"}
     metrics = [*(options.pop("metrics", None) or []), judge_agreement(judge, label)]
-    experiment = run_experiment(project, data=data, evaluators=[judge], metrics=metrics, tags=tags,
-                                min_metrics=gates or None, **options)
+    try:
+        experiment = run_experiment(project, data=data, evaluators=[judge], metrics=metrics,
+                                    tags=tags, min_metrics=gates or None, **options)
+    except QualityGateError as exc:  # the figures that failed it, on the error
+        ran = exc.experiment
+        if isinstance(ran, Experiment):
+            exc.calibration = Calibration(ran, agreement(ran.to_dataframe(), judge.name, label))
+        raise
     return Calibration(experiment, agreement(experiment.to_dataframe(), judge.name, label))

@@ -75,6 +75,8 @@ def show(value: Any) -> str:
 class Judge(Evaluator):
     """An LLM judge: asks its model(s) with its prompt, reads the answer through its form."""
 
+    is_judge = True  # a timeout is no verdict
+
     factory: ClassVar[str] = "judge"
     default_prompt: ClassVar[str] = LLM_JUDGE_PROMPT
 
@@ -194,17 +196,16 @@ def _judgements(owner: str, opts: dict[str, Any], params: dict[str, Any]) -> lis
     if endpoint is not None and not isinstance(endpoint, Endpoint | str):
         raise ConfigError(f"{owner}: endpoint must be an Endpoint (openai_endpoint(...)) or a base "
                           f"URL, not {endpoint!r}.")
-    default = _endpoint(endpoint)
     specs: Sequence[JudgeSpec] = opts.get("judges") or [opts.get("model") or default_model()]
     if opts.get("judges") and opts.get("model"):
         raise ConfigError(f"{owner}: give model= or judges=[...], not both.")
-    found = []
-    for spec in specs:
-        model, where = (spec, None) if isinstance(spec, str) else _pair(owner, spec)
-        found.append(Judgement(model, _endpoint(where) if where is not None else default, params,
-                               _tristate(owner, "structured", opts.get("structured")),
-                               _tristate(owner, "logprobs", opts.get("logprobs"))))
-    return found
+    pairs = [(spec, None) if isinstance(spec, str) else _pair(owner, spec) for spec in specs]
+    structured = _tristate(owner, "structured", opts.get("structured"))
+    logprobs = _tristate(owner, "logprobs", opts.get("logprobs"))
+    # The options first, then the endpoint: made only if a judge has none of its own.
+    default = _endpoint(endpoint) if any(where is None for _, where in pairs) else None
+    return [Judgement(model, _endpoint(where) if where is not None else default,  # type: ignore[arg-type]
+                      params, structured, logprobs) for model, where in pairs]
 
 
 def _pair(owner: str, spec: Any) -> tuple[str, Endpoint | str]:

@@ -7,6 +7,7 @@ chrF: all of them as references, as those metrics define it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,12 @@ from patronus_tasks.evaluators.base import (
     check_bool,
     check_choice,
     check_threshold,
+    cut,
     golds,
     needs_output,
     scored,
 )
+from patronus_tasks.exceptions import ConfigError
 
 
 def _similarity(metric: str) -> Callable[[str, str], float]:
@@ -98,32 +101,58 @@ class Rouge(_Lazy):
     factory = "rouge"
 
     def build(self) -> Any:
-        from rouge_score import rouge_scorer
+        from rouge_score import rouge_scorer, tokenizers
 
-        return rouge_scorer.RougeScorer([self.options["kind"]],
-                                        use_stemmer=self.options["use_stemmer"])
+        tokenizer = (UnicodeTokenizer() if self.options["tokenizer"] == "unicode"
+                     else tokenizers.DefaultTokenizer(use_stemmer=self.options["use_stemmer"]))
+        return rouge_scorer.RougeScorer([self.options["kind"]], tokenizer=tokenizer)
 
     @needs_output
     def evaluate(self, evaluated_model_gold_answer: Any,
                  evaluated_model_output: str = "") -> EvaluationResult:
         kind, scorer = self.options["kind"], self.scorer()
-        parts = {g: scorer.score(g, evaluated_model_output)[kind] for g in
-                 golds(evaluated_model_gold_answer)}
+        texts = golds(evaluated_model_gold_answer)
+        self._check_tokens(texts, scorer)
+        parts = {g: scorer.score(g, evaluated_model_output)[kind] for g in texts}
         gold = max(parts, key=lambda g: parts[g].fmeasure)
         s = parts[gold]
         return scored(float(s.fmeasure), self.options["threshold"], precision=s.precision,
                       recall=s.recall)
 
+    def _check_tokens(self, texts: list[str], scorer: Any) -> None:
+        """A gold answer the tokenizer reads nothing of would score every output 0, however
+        right (an output with no word of it is a fail, rightly)."""
+        for text in texts:
+            # The scorer's own tokenizer (the one `build` gave it), as it will read the text.
+            if text.strip() and not scorer._tokenizer.tokenize(text):
+                raise ConfigError(f"rouge: {cut(text, 60)!r} has no word rouge-score's tokenizer "
+                                  "keeps (its default keeps only a-z and 0-9): give "
+                                  "rouge(tokenizer='unicode') for text in other scripts.")
+
+
+class UnicodeTokenizer:
+    """Words of any script (``\\w+``), case-folded: for ROUGE beyond English, where the
+    library's default tokenizer keeps only a-z and 0-9 (a Russian answer scored 0)."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return re.findall(r"\w+", text.casefold())
+
 
 def rouge(*, kind: str = "rougeL", threshold: float = 0.5, use_stemmer: bool = False,
-          **step: Any) -> Rouge:
+          tokenizer: str = "default", **step: Any) -> Rouge:
     """ROUGE F-measure of the output against the gold answer, through Google's
     `rouge-score` (``rouge_scorer.RougeScorer``): ``kind`` ``"rouge1"``, ``"rouge2"``,
     ``"rougeL"`` (longest common subsequence) or ``"rougeLsum"``; ``use_stemmer`` as the
     library's (Porter stemming, off by default as in Hugging Face's ``evaluate``).
-    Precision and recall go to the metadata. Passes at ``threshold``."""
+    Precision and recall go to the metadata. Passes at ``threshold``. ``tokenizer``:
+    ``"default"`` (the library's: a-z and 0-9 only; a gold answer with no such word is that
+    row's error, not a 0) or ``"unicode"`` (words of any script, case-folded; no stemming)."""
     owner = "rouge"
-    options = {"kind": check_choice(owner, "kind", kind, ROUGE_KINDS),
+    check_choice(owner, "tokenizer", tokenizer, ("default", "unicode"))
+    if tokenizer == "unicode" and use_stemmer:
+        raise ConfigError("rouge: use_stemmer is the default tokenizer's (Porter, English); "
+                          "tokenizer='unicode' does not stem.")
+    options = {"tokenizer": tokenizer, "kind": check_choice(owner, "kind", kind, ROUGE_KINDS),
                "threshold": check_threshold(owner, threshold),
                "use_stemmer": check_bool(owner, "use_stemmer", use_stemmer)}
     return Rouge(options, f"{kind} F-measure with the gold answer >= {threshold:g}", step)

@@ -11,6 +11,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -111,14 +112,40 @@ class Database:
 def run_query(db: Database, query: str, timeout: float) -> list[tuple[Any, ...]]:
     """The rows ``query`` returns on a fresh copy of ``db``."""
     conn, done = db.connect()
+    timer = None
     try:
         if isinstance(conn, sqlite3.Connection):
             deadline = time.monotonic() + timeout
             conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        elif hasattr(conn, "interrupt"):  # DuckDB: stopped from another thread
+            timer = threading.Timer(timeout, conn.interrupt)
+            timer.start()
         cursor = conn.execute(query) if hasattr(conn, "execute") else _cursor(conn, query)
         return [tuple(_value(v) for v in row) for row in cursor.fetchall()]
+    except Exception as exc:
+        if timer is not None and not timer.is_alive():
+            raise TimeoutError(f"ran past its {timeout:g} s (timeout=)") from exc
+        raise
     finally:
+        if timer is not None:
+            timer.cancel()
         done()
+
+
+_FENCED = re.compile(r"```[ \t]*(?:sql|sqlite|postgres(?:ql)?|mysql|duckdb)?[ \t]*\n(.*?)```",
+                     re.I | re.S)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def sql_text(text: str) -> str:
+    """The query in a model's answer: the first Markdown code fence's content when there is
+    one (chat models wrap SQL in ```sql fences), else the text as it is."""
+    fenced = _FENCED.search(text)
+    return fenced.group(1).strip() if fenced else text
+
+
+def _plain(exc: Exception) -> str:
+    return _ANSI.sub("", str(exc))  # sqlglot underlines the error with terminal codes
 
 
 def _cursor(conn: Any, query: str) -> Any:
@@ -202,7 +229,8 @@ class SqlResultMatch(Check):
                  evaluated_model_output: str = "") -> EvaluationResult:
         want = self._gold_rows(evaluated_model_gold_answer)
         try:
-            got = run_query(self.options["database"], evaluated_model_output, self.options["timeout"])
+            got = run_query(self.options["database"], sql_text(evaluated_model_output),
+                            self.options["timeout"])
         except Exception as exc:  # the database's own error: the query is wrong, a finding
             return verdict(False, f"the query failed: {type(exc).__name__}: {cut(str(exc), 300)}")
         rows = _Rows(self.options["float_tolerance"])
@@ -242,8 +270,10 @@ def sql_result_match(database: str | Path | Connect, *, float_tolerance: float =
     anew), so one that changes data changes nothing for the next.
     Rows compare as a set (``compare="bag"``: duplicates count too), in order only when the
     gold query has a top-level ``ORDER BY``; numbers equal within ``float_tolerance``
-    (relative or absolute). A query that fails or runs past ``timeout`` seconds (SQLite)
-    is a fail with the database's message; a gold query that fails is that row's error.
+    (relative or absolute). A query that fails or runs past ``timeout`` seconds (SQLite
+    and DuckDB; a connection factory's database as its driver allows) is a fail with the
+    database's message; a gold query that fails is that row's error. A query in a Markdown
+    code fence (```sql ... ```) is read from it.
     Score 1 or 0; the metadata has both row counts and the rows' overlap (Jaccard).
     """
     owner = "sql_result_match"
@@ -271,12 +301,12 @@ class SqlEquivalent(Check):
             want = self.canonical(evaluated_model_gold_answer)
         except sqlglot.errors.SqlglotError as exc:
             raise DatasetError(f"sql_equivalent: the gold query is not valid "
-                               f"{self.options['dialect']} SQL: {exc}. Fix the dataset's "
+                               f"{self.options['dialect']} SQL: {_plain(exc)}. Fix the dataset's "
                                "evaluated_model_gold_answer.") from None
         try:
-            got = self.canonical(evaluated_model_output)
+            got = self.canonical(sql_text(evaluated_model_output))
         except sqlglot.errors.SqlglotError as exc:
-            return verdict(False, f"not valid {self.options['dialect']} SQL: {cut(str(exc), 300)}")
+            return verdict(False, f"not valid {self.options['dialect']} SQL: {cut(_plain(exc), 300)}")
         if got == want:
             return verdict(True, normalized=got)
         return verdict(False, f"differs once normalised:\n  got:      {cut(got, 300)}\n  "
@@ -293,12 +323,13 @@ class SqlEquivalent(Check):
         try:
             tree = optimize(tree, schema=schema, dialect=dialect, validate_qualify_columns=False)
         except sqlglot.errors.OptimizeError:  # a query the optimiser cannot resolve: normalised only
-            tree = sqlglot.parse_one(tree.sql(dialect=dialect, normalize=True), dialect=dialect)
+            tree = sqlglot.parse_one(tree.sql(dialect=dialect, normalize=True, comments=False),
+                                     dialect=dialect)
         if self.options["ignore_aliases"] and isinstance(tree, exp.Select):
             for column in list(tree.expressions):
                 if isinstance(column, exp.Alias):
                     column.replace(column.this)
-        return str(tree.sql(dialect=dialect))
+        return str(tree.sql(dialect=dialect, comments=False))  # a comment is not the query
 
 
 def sql_equivalent(*, dialect: str = "sqlite", schema: dict[str, Any] | None = None,

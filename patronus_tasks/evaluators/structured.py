@@ -25,18 +25,21 @@ from patronus_tasks.evaluators.base import (
 )
 from patronus_tasks.exceptions import ConfigError, DatasetError
 
-_FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+# A Markdown code fence anywhere in the output ("Here you go: ```json ...```"), the first.
+_FENCE = re.compile(r"```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _MAX_ERRORS = 10
 
 
 def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
     """``text`` parsed, or (None, what is wrong with it)."""
-    if strip_fences and "```" in text and (fenced := _FENCE.match(text)):
+    fenced = _FENCE.search(text) if strip_fences and "```" in text else None
+    if fenced:
         text = fenced.group(1)
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        where = " (in its code fence)" if fenced else ""
+        return None, f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}"
 
 
 class JsonValid(Check):

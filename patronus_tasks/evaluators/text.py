@@ -81,8 +81,12 @@ class ContainsGold(Check):
 
     def evaluate(self, evaluated_model_gold_answer: Any,
                  evaluated_model_output: str | None = None) -> EvaluationResult:
-        return _contains(evaluated_model_output, golds(evaluated_model_gold_answer), "any",
-                         self.options["ignore_case"])
+        texts = [t for t in golds(evaluated_model_gold_answer) if t.strip()]
+        if not texts:  # "" is in every output: a silent pass
+            raise DatasetError("contains: the gold answer is empty, and every output contains "
+                               "an empty text; fill in evaluated_model_gold_answer for this "
+                               "row, or give contains(text=...).")
+        return _contains(evaluated_model_output, texts, "any", self.options["ignore_case"])
 
 
 def _contains(output: str | None, texts: list[str], mode: str, ignore_case: bool) -> EvaluationResult:

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from patronus_tasks.define.row import Sample
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
+from patronus_tasks.exceptions import UNSCORED_ERRORS, JudgeError
 
 STATUS_OK, STATUS_SKIPPED, STATUS_ERROR = "ok", "skipped", "error"
 
@@ -157,7 +158,12 @@ class ErrorInfo:
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc) or repr(exc), tb)
+        name, message = type(exc).__name__, str(exc) or repr(exc)
+        if isinstance(exc, JudgeError) and name not in UNSCORED_ERRORS:
+            # The files know an unscored row by its error's type name: a subclass of the
+            # user's own is filed as a JudgeError, its own name first in the message.
+            name, message = "JudgeError", f"{name}: {message}"
+        return cls(name, message, tb)
 
 
 def _json(value: object) -> str | None:

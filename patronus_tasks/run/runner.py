@@ -142,9 +142,11 @@ class Invocation:
         return to_evaluation_result(raw)
 
     def record_timeout(self, seconds: float | None) -> None:
-        self.error = ErrorInfo(
-            "TimeoutError", f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
-        )
+        what = f"{self.step.kind} {self.step.name!r} timed out after {seconds} s"
+        if self.step.is_judge:  # no verdict: unscored, as when its endpoint timed out
+            self.error = ErrorInfo("JudgeError", f"{what} (timeout_seconds): no verdict")
+        else:
+            self.error = ErrorInfo("TimeoutError", what)
 
     def _new_collector(self) -> Collector:
         """A collector for this attempt; an earlier attempt's spans kept, marked failed."""
