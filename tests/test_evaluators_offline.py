@@ -474,3 +474,12 @@ def test_contains_an_empty_gold_answer_is_the_rows_error_not_a_pass() -> None:
     for gold in ("", "   "):
         with pytest.raises(DatasetError, match="the gold answer is empty"):
             judge(contains(), "anything at all", gold)
+
+
+def test_contains_normalises_as_exact_match_and_json_is_strict() -> None:
+    assert judge(contains(text="Café"), "un cafe\u0301 noir").pass_  # a decomposed accent
+    assert judge(contains(text="Paris"), "\uff30\uff41\uff52\uff49\uff53").pass_  # full-width
+    assert not judge(contains(text="Café", ignore_case=False), "un cafe\u0301 noir").pass_
+    for text in ('{"a": NaN}', "[Infinity]"):
+        result = judge(json_valid(), text)
+        assert not result.pass_ and "not JSON's" in result.explanation

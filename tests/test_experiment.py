@@ -377,3 +377,19 @@ def test_a_timeout_raised_by_the_steps_own_code_keeps_its_message(results_dir: P
     assert "raise TimeoutError" in df["error_traceback"].iloc[0]
     df = run(results_dir, data=DATA[:1], task=slow, evaluators=[shouts])
     assert df["error_message"].iloc[0] == "task 'slow' timed out after 0.05 s"
+
+
+def test_an_evaluator_that_errored_on_every_row_passed_none_of_them(results_dir: Path) -> None:
+    """Errors count as not passed: all errors is 0%, as `compare` counts it, not "-"."""
+    @evaluator
+    def broken(evaluated_model_output: str) -> bool:
+        raise RuntimeError("down")
+
+    @evaluator
+    def length(evaluated_model_output: str) -> float:
+        return len(evaluated_model_output) / 10
+
+    exp = run_experiment("proj", data=DATA, evaluators=[broken, length], backend="local",
+                         results_dir=results_dir, print_summary=False)
+    rates = {s.evaluator: s.pass_rate for s in exp.summary().evaluators}
+    assert rates == {"broken": 0.0, "length": None}  # a score-only evaluator has no pass rate

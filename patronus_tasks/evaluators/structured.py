@@ -30,14 +30,20 @@ _FENCE = re.compile(r"```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _MAX_ERRORS = 10
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is Python's, not JSON's (RFC 8259 has no NaN or Infinity)")
+
+
 def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
     """``text`` parsed, or (None, what is wrong with it)."""
     fenced = _FENCE.search(text) if strip_fences and "```" in text else None
     if fenced:
         text = fenced.group(1)
     try:
-        return json.loads(text), None
-    except json.JSONDecodeError as exc:
+        return json.loads(text, parse_constant=_not_json), None
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            return None, f"not valid JSON: {exc}"
         where = " (in its code fence)" if fenced else ""
         return None, f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}"
 

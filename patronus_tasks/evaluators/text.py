@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -89,11 +90,17 @@ class ContainsGold(Check):
         return _contains(evaluated_model_output, texts, "any", self.options["ignore_case"])
 
 
+def _folded(text: str) -> str:
+    """Case-folded and NFKC-normalised (as `exact_match`): full-width letters and a
+    decomposed accent are found where their plain forms are."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
 def _contains(output: str | None, texts: list[str], mode: str, ignore_case: bool) -> EvaluationResult:
     if (empty := no_output(output)) is not None:
         return empty
     assert output is not None
-    fold = str.casefold if ignore_case else str
+    fold = _folded if ignore_case else str
     found = [t for t in texts if fold(t) in fold(output)]
     missing = [t for t in texts if t not in found]
     passed = bool(found) if mode == "any" else not missing

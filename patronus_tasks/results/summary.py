@@ -38,7 +38,8 @@ class EvaluatorStats:
     ``pass_rate`` counts errors as not passed: passed / (verdicts + errors), leaving out
     the *unscored* errors (a judge that gave no verdict: `JudgeError`), which are counted
     apart (``unscored``, part of ``errors``). It is None when the evaluator gave no
-    pass/fail verdicts; score statistics likewise for scores.
+    pass/fail verdicts (a score-only one), 0 when every row it judged was an error;
+    score statistics likewise for scores.
     """
 
     link_index: int
@@ -212,7 +213,9 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
     return EvaluatorStats(
         link_index=link, evaluator=name, count=len(ok), passed=int(verdicts.sum()),
         verdicts=len(verdicts), errors=errors, skipped=int((status == STATUS_SKIPPED).sum()),
-        pass_rate=(int(verdicts.sum()) / denominator) if len(verdicts) and denominator else None,
+        # Every judged row an error: 0 passed (as `compare` counts it), not "no verdicts".
+        pass_rate=(int(verdicts.sum()) / denominator)
+        if denominator and (len(verdicts) or ok.empty) else None,
         scores=_score_stats(scores),
         histogram=_histogram(scores) if len(scores) else [],
         repeats=repeat_stats(group[~unscored]) if len(verdicts) or errors else None,
