@@ -13,7 +13,7 @@ from patronus_tasks import ConfigError, QualityGateError, Row, evaluator, run_ex
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.summary import EvaluatorStats, Summary
-from patronus_tasks.results.verdict import Rule, judge, rule_of, said
+from patronus_tasks.results.verdict import NotCompared, Rule, judge, rule_of, said
 
 from .conftest import RECORDED_WITHIN
 
@@ -60,6 +60,10 @@ def test_the_verdict_names_tags_and_says_it() -> None:
     assert failed.failures == ["judge [link 0] regressed (worse) against the previous run: "
                                + said(comparison.evaluators[0], Rule())]
     assert judge(summary(), "This is the first run of its series.", Rule()).name == "First run"
+    unread = judge(summary(), NotCompared("its results could not be read"), Rule(fail_on="worse"))
+    assert (unread.name, unread.tags) == ("Gate failed", ["gate-failed", "not-compared"])
+    assert unread.failures == ["fail_on_regression could not be checked: its results could not be read"]
+    assert judge(summary(), NotCompared("gone"), Rule()).name == "Not compared"
     assert judge(summary(), None, Rule()).name == "Completed"
     assert judge(summary(errors=2), None, Rule()).tags == ["errors"]
 
@@ -104,6 +108,16 @@ def test_fail_on_regression_worse_fails_a_night_one_row_worse(prefect_server: st
     third = night(2, results_dir, series="verdict-rule-1", regression_threshold={"right": 0.2})
     assert third.wait_recorded(RECORDED_WITHIN)
     assert third.manifest.verdict.name == "Regressed"  # one more row worse than better
+    # The previous run's results gone (cleaned up, a store's credentials expired): not a
+    # first run, and the regression gate is not passed unchecked.
+    import shutil
+
+    shutil.rmtree(third.path)
+    with pytest.raises(QualityGateError, match="fail_on_regression could not be checked: the "
+                                               "previous run's results at"):
+        night(20, results_dir, series="verdict-rule-1", fail_on_regression="worse")
+    fourth = night(20, results_dir, series="verdict-rule-2")
+    assert fourth.wait_recorded(RECORDED_WITHIN) and fourth.manifest.verdict.name == "First run"
 
 
 def test_verdict_state_without_prefect_says_the_figures(results_dir: Path) -> None:

@@ -7,9 +7,10 @@ settable per evaluator) or when more rows got worse than better; **better** the 
 round. Every view says the counts first ("3 worse / 0 better") and the p-value after.
 
 The verdict's name (``Regressed``, ``Gate failed``, ``Errors``, ``Improved``,
-``Unchanged``, ``First run``), tags (``regressed``, ``regressed:<evaluator>``,
-``gate-failed``, ``errors``), message and log lines are what the Prefect UI shows of a
-run: on the experiment's flow run and on the flow run that called it.
+``Unchanged``, ``First run``, ``Not compared``: the previous run could not be read), tags
+(``regressed``, ``regressed:<evaluator>``, ``gate-failed``, ``errors``, ``not-compared``),
+message and log lines are what the Prefect UI shows of a run: on the experiment's flow run
+and on the flow run that called it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ ALPHA = 0.05
 Movement = Literal["worse", "better", "same"]
 FailOn = Literal["significant", "worse"]
 _EPS = 1e-12  # a change of exactly the threshold counts, whatever the float rounding
+
+
+class NotCompared(str):
+    """Why a run was not compared with the previous one of its series, which there was
+    (its results gone or unreadable): not a first run, and no regression gate passed."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +137,14 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     better = [e for e in evaluators if rule.movement(e) == "better"]
     failures = [*gate_failures, *regression_failures(comparison, rule)]
     errors = summary.task_errors + summary.evaluator_errors
-    unknown = "First run" if isinstance(comparison, str) else "Completed"
+    unknown = ("Not compared" if isinstance(comparison, NotCompared) else "First run"
+               if isinstance(comparison, str) else "Completed")
     name = ("Gate failed" if failures else "Regressed" if worse else "Errors" if errors
             else "Improved" if better else "Unchanged" if evaluators else unknown)
     tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
     tags += ["gate-failed"] if failures else []
     tags += ["errors"] if errors else []
+    tags += ["not-compared"] if isinstance(comparison, NotCompared) else []
     lines = [*summary.headlines(), *comparison_lines(comparison, rule)]
     return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures),
                        tags=list(dict.fromkeys(tags)), lines=lines,
@@ -154,7 +162,11 @@ def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
 
 
 def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list[str]:
-    """One message per evaluator whose regression fails the run (`Rule.fail_on`)."""
+    """One message per evaluator whose regression fails the run (`Rule.fail_on`); with a
+    previous run that could not be read, one saying the gate could not be checked (a
+    baseline gone is no pass: every row may have regressed)."""
+    if isinstance(comparison, NotCompared) and rule.fail_on is not None:
+        return [f"fail_on_regression could not be checked: {comparison}"]
     if not isinstance(comparison, Comparison) or rule.fail_on is None:
         return []
     why = "significantly" if rule.fail_on == "significant" else "worse"

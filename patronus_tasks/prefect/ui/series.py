@@ -22,7 +22,7 @@ from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
-from patronus_tasks.results.verdict import ALPHA, Rule, said
+from patronus_tasks.results.verdict import ALPHA, NotCompared, Rule, said
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
@@ -78,7 +78,8 @@ def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison |
     except Exception as exc:  # gone or unreadable: say so, the run itself is fine
         logger.warning("could not read the previous run's results at %s: %s",
                        previous.location, exc)
-        return f"The previous run's results at `{previous.location}` could not be read: {exc}"
+        return NotCompared(f"the previous run's results at `{previous.location}` could not be "
+                           f"read: {exc}")
 
 
 def _pass_row(e: EvaluatorComparison, with_link: bool, rule: Rule) -> dict[str, Any]:
