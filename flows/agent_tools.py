@@ -140,7 +140,8 @@ def local_policy(messages: list[dict[str, Any]], tools: list[str]) -> str | list
 @flow(name="agent-tools", flow_run_name=experiment_flow_run_name)
 def agent_tools(dataset: str = "datasets/agent_tasks.jsonl", project: str = "agent-tools",
                 experiment_name: str | None = None, max_concurrency: int = 8,
-                results_dir: str | None = None, max_steps: int = 4) -> State:
+                results_dir: str | None = None, max_steps: int = 4,
+                resume: bool = False) -> State:
     """Run the order-support agent over the dataset and judge its trajectories; the flow run
     ends in its verdict's state.
 
@@ -153,6 +154,8 @@ def agent_tools(dataset: str = "datasets/agent_tasks.jsonl", project: str = "age
         max_concurrency: Rows run at once.
         results_dir: Where the Parquet results go (a folder or an object-storage URL).
         max_steps: The agent's model calls at most, per row.
+        resume: Go on with the latest run named `experiment_name` (an interrupted or
+            crashed one): its finished rows are kept, only the rest run.
     """
     real = bool(os.environ.get("OPENAI_BASE_URL"))
     if not real:
@@ -170,7 +173,8 @@ def agent_tools(dataset: str = "datasets/agent_tasks.jsonl", project: str = "age
     experiment = run_experiment(
         project, data=path if path.is_absolute() or path.exists() else HERE.parent / path,
         task=agent, evaluators=checks, tags={"suite": "agent", "model": agent.model},
-        experiment_name=experiment_name, max_concurrency=max_concurrency, results_dir=results_dir)
+        experiment_name=experiment_name, max_concurrency=max_concurrency, results_dir=results_dir,
+        resume=resume)
     state = verdict_state(experiment)
     if not real:
         state.message = f"{state.message} (model: local policy)"

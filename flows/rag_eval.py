@@ -63,7 +63,7 @@ def evaluators(judges: bool) -> list[Evaluator]:
 def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
              experiment_name: str | None = None, max_concurrency: int = 8,
              results_dir: str | None = None, judges: bool | None = None,
-             cache: bool = False) -> State:
+             cache: bool = False, resume: bool = False) -> State:
     """Judge the dataset's answers with the offline checks and, given an endpoint, the LLM
     judges; the flow run ends Completed with the figures as its message.
 
@@ -78,6 +78,8 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
         results_dir: Where the Parquet results go (a folder or an object-storage URL).
         judges: Run the LLM judges: None (default) when `OPENAI_BASE_URL` is set.
         cache: Answer the judges from the cache when they saw the same row before.
+        resume: Go on with the latest run named `experiment_name` (an interrupted or
+            crashed one): its finished rows are kept, only the rest run.
     """
     use_judges = bool(os.environ.get("OPENAI_BASE_URL")) if judges is None else judges
     if not use_judges:
@@ -88,7 +90,7 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
         project, data=path if path.is_absolute() or path.exists() else HERE.parent / path,
         task=answer, evaluators=evaluators(use_judges), tags={"suite": "rag"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir, cache=True if cache else None)
+        results_dir=results_dir, cache=True if cache else None, resume=resume)
     state = verdict_state(experiment)  # named after the verdict, the figures its message
     if not use_judges:
         state.message = f"{state.message} (LLM judges skipped)"

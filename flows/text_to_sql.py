@@ -93,7 +93,7 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
                      experiment_name: str | None = None, max_concurrency: int = 8,
                      results_dir: str | None = None,
                      fail_on_regression: bool = False, cache: bool = False, repeats: int = 1,
-                     min_f1: float | None = None) -> State:
+                     min_f1: float | None = None, resume: bool = False) -> State:
     """Evaluate the dataset's SQL against the gold answers; return the run's manifest
     (the flow run ends Completed with the experiment's figures as its message, so the
     deployment's runs show them too).
@@ -119,6 +119,8 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
             it got exactly the same inputs before, and store new answers there.
         repeats: Run every question this many times (pass@k, pass^k, rows that flip).
         min_f1: Fail the run when the F1 of the result rows over the dataset is lower.
+        resume: Go on with the latest run named `experiment_name` (an interrupted or
+            crashed one): its finished rows are kept, only the rest run.
     """
     experiment = run_experiment(
         project, data=in_project(dataset), task=perform_sql_query,
@@ -126,7 +128,7 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
         experiment_name=experiment_name, max_concurrency=max_concurrency,
         results_dir=results_dir, fail_on_regression=fail_on_regression,
         cache=True if cache else None, repeats=repeats, metrics=METRICS,
-        min_metrics={"f1": min_f1} if min_f1 is not None else None,
+        min_metrics={"f1": min_f1} if min_f1 is not None else None, resume=resume,
     )
     return verdict_state(experiment)  # named after the verdict, the figures its message
 

@@ -123,7 +123,8 @@ def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
         deployment = asyncio.run(read())
     schema = deployment.parameter_openapi_schema["properties"]
     assert set(schema) == {"dataset", "project", "experiment_name", "max_concurrency",
-                           "results_dir", "fail_on_regression", "cache", "repeats", "min_f1"}
+                           "results_dir", "fail_on_regression", "cache", "repeats", "min_f1",
+                           "resume"}  # resume: a crashed night goes on from the run form
     for name, prop in schema.items():  # the run form explains every field
         assert len(prop.get("description", "")) > 15, name
     assert deployment.parameters["dataset"] == "datasets/text_to_sql.jsonl"

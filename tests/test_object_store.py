@@ -222,7 +222,7 @@ def test_credentials_in_the_url_are_never_shown(s3: str, caplog: pytest.LogCaptu
               for k in _keys(s3, prefix)]  # the manifest, and the Parquet with its metadata
     for text in shown + stored:
         assert SECRET not in text and "s3cr3t" not in text
-    assert str(exp.results_path).startswith(f"s3://testing:***@{BUCKET}/{prefix}/p/e/results.parquet?")
+    assert str(exp.results_path).startswith(f"s3://***:***@{BUCKET}/{prefix}/p/e/results.parquet?")
     assert Location.of(url).link == f"s3://{BUCKET}/{prefix}"
     with pytest.raises(ConfigError) as err:  # an error names the URL: redacted too
         run_experiment("p", data=DATA[:1], task=echo, evaluators=[is_echo], backend="local",
@@ -232,7 +232,7 @@ def test_credentials_in_the_url_are_never_shown(s3: str, caplog: pytest.LogCaptu
 
 def test_redact() -> None:
     assert redact("s3://AKID:topsecret@b/k?endpoint_override=h:1&scheme=http&session_token=t0k") == \
-        "s3://AKID:***@b/k?endpoint_override=h:1&scheme=http&session_token=***"
+        "s3://***:***@b/k?endpoint_override=h:1&scheme=http&session_token=***"
     assert redact("abfs://container@acct.dfs.core.windows.net/x?sas_token=sv%3Dabc") == \
         "abfs://container@acct.dfs.core.windows.net/x?sas_token=***"
 

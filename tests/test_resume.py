@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,7 +103,8 @@ def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, Countin
     assert manifest["status"] == "completed" and manifest["rows"] == 30
 
 
-def test_retry_errors_reruns_only_failed_steps(results_dir: Path) -> None:
+def test_retry_errors_reruns_only_failed_steps(results_dir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     calls: Counter[str] = Counter()
     broken = {"3", "5"}
 
@@ -121,10 +123,16 @@ def test_retry_errors_reruns_only_failed_steps(results_dir: Path) -> None:
     kwargs = dict(data=[{"x": i} for i in range(6)], task=work, evaluators=[judge],
                   experiment_name="flaky-judge", backend="local", results_dir=results_dir,
                   print_summary=False)
+    nothing = run_experiment("retry", resume=True, **kwargs)  # type: ignore[arg-type]
+    assert ("nothing to resume: no earlier run of retry/flaky-judge under" in capsys.readouterr().err)
+    shutil.rmtree(nothing.path)
+    calls.clear()
     first = run_experiment("retry", **kwargs)  # type: ignore[arg-type]
     assert first.manifest["evaluator_errors"] == 2
     broken.clear()
     again = run_experiment("retry", retry_errors=True, **kwargs)  # type: ignore[arg-type]
+    said = capsys.readouterr().err
+    assert f"retrying the rows that failed in {first.path}: 4 of 6 rows reused, 2 to run" in said
     assert again.path == first.path and again.manifest["evaluator_errors"] == 0
     assert again.manifest["experiment_id"] == first.manifest["experiment_id"]
     assert all(calls[f"task-{i}"] == 1 for i in range(1, 7))  # no task output asked twice
@@ -243,6 +251,12 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     assert sorted(load_experiment(out_dir).to_dataframe()["sid"]) == ["1", "2", "3"]
+    # Said where the rows are and how to go on; `show` calls it what it is.
+    said = proc.stderr.read()
+    assert f"interrupted after 3 of 8 rows; those are kept in {out_dir}. Go on with resume=True" in said
+    shown = load_experiment(out_dir).format_summary()
+    assert shown.startswith("Experiment interrupts/sigterm (interrupted: 3 of 8 rows)")
+    assert f"Results: {out_dir} (interrupted: its rows done are in parts/" in shown
     count = subprocess.run(
         [sys.executable, "-c", "import asyncio, sys\n"
          "from prefect.client.orchestration import get_client\n"

@@ -223,6 +223,8 @@ def test_a_missing_piece_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> 
         taken.listen()
         with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is taken.*--port"):
             up(ROOT, home, port, topology=Topology.production())
+    with pytest.raises(ConfigError, match=f"no prefect.yaml in {tmp_path}.*--no-deploy"):
+        up(tmp_path, home, port)
     assert Stack.load(home) is None and not (home / "postgres").exists()
     # The command line says it, with the usage exit code.
     refused = _cli("up", "--home", str(home), "--port", str(port), "--redis", "local")

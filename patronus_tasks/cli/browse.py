@@ -15,6 +15,7 @@ from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.store import list_experiments
 from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
+from patronus_tasks.settings import default_results_dir
 
 
 def _pass_rates(e: Experiment) -> str:
@@ -28,9 +29,14 @@ def _pass_rates(e: Experiment) -> str:
 
 def list_(results_dir: ResultsDir = None) -> None:
     """Past experiments: name, start time, status, rows, errors and pass rates."""
-    runs = list_experiments(results_dir)
+    try:
+        runs = list_experiments(results_dir)
+    except ConfigError as exc:  # a store that cannot be opened (credentials, a bad URL)
+        raise usage(str(exc)) from None
     if not runs:
-        typer.echo("no experiments")
+        where = results_dir or default_results_dir()
+        typer.echo(f"no experiments under {where}" + (
+            "" if "://" in str(where) or Path(where).is_dir() else " (no such folder)"))
         return
     for e in runs:
         m = e.manifest

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,8 @@ from patronus_tasks.run.options import giving, stricter
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise usage(f"{path}: no such file")
+    if path.suffix != ".py":
+        raise usage(f"{path}: not a Python file (give the .py file that defines the flow)")
     from patronus_tasks.prefect.server import hook as server_hook
 
     server_hook.install()  # a flow in the file may start Prefect's built-in server: ours
@@ -54,6 +57,29 @@ def _entry(target: str) -> Callable[..., Any]:
         found = ", ".join(f.fn.__name__ for f in flows) or "none"
         raise usage(f"{path}: say which function to run as {path}:FUNCTION (flows found: {found})")
     return flows[0]
+
+
+def _check_api() -> None:
+    """A Prefect API named (PREFECT_API_URL, a profile) that does not answer, said before
+    anything runs: Prefect's engine failed first, with a long traceback and exit 1 (a gate's
+    code). Only a connection that fails counts: an HTTP answer, whatever its status, is a
+    server there (Prefect Cloud's workspaces answer with their own)."""
+    import httpx
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if not url:
+        return  # Prefect's built-in server, started for this process
+    for attempt in range(3):
+        try:
+            httpx.get(f"{url.rstrip('/')}/health", timeout=5.0)
+            return
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.5 * (attempt + 1))
+    raise usage(f"the Prefect API at {url} does not answer ({problem}). Start a server there "
+                "(patronus-tasks server up), point PREFECT_API_URL at one that runs, or unset "
+                "PREFECT_API_URL to use Prefect's built-in server.")
 
 
 #: Options every experiment the function starts takes (`options.giving`) when the
@@ -124,6 +150,7 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
     except ConfigError as exc:
         raise usage(str(exc)) from None
     fn = _entry(target)
+    _check_api()
     given = {"data": data, "experiment_name": experiment_name,
              "max_concurrency": max_concurrency,
              "results_dir": str(results_dir) if results_dir else None,

@@ -30,6 +30,7 @@ from patronus_tasks.results.metrics import evaluate_metrics
 from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.usage import USAGE_COLUMNS, total_cost, usage_totals
 from patronus_tasks.run import observers
+from patronus_tasks.run.background import say
 from patronus_tasks.run.loop import Backend, RecordStream, Rows, RunTotals
 from patronus_tasks.run.options import stricter
 from patronus_tasks.run.spec import ExperimentSpec
@@ -78,6 +79,8 @@ async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | Non
     started = dt.datetime.now(dt.UTC)
     replay = (_resume.load_replay(spec.out_dir, spec.replay == "retry") if spec.replay
               else None)
+    if replay is not None:
+        say(_resuming(spec, replay))
     tally = tally or RunTotals()
     stream = _stream(spec, tally)
     manifest_file = manifest_file or ManifestFile(spec.out_dir)
@@ -92,6 +95,9 @@ async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | Non
         for recorder in stream.recorders:
             recorder.cancel()
         manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
+        say(f"interrupted after {tally.rows} of {spec.runs} rows; those are kept in "
+            f"{spec.out_dir}. Go on with resume=True (patronus-tasks run ... --resume) and "
+            f"experiment_name={spec.experiment_name!r}: only the rest run.")
         raise
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
     await stream.sink.finish(manifest)
@@ -112,6 +118,15 @@ def _stream(spec: ExperimentSpec, tally: RunTotals) -> RecordStream:
     progress = observers.Progress(spec, tally, spec.on_progress, spec.runs)
     watchers: list[Recorder] = [progress] if progress.wanted else []
     return RecordStream(tally, sink, [*watchers, *spec.reporters])
+
+
+def _resuming(spec: ExperimentSpec, replay: _resume.Replay) -> str:
+    """What a resume found: the rows it reuses, the rows it runs (a silent resume that
+    found nothing re-ran, and paid for, every row)."""
+    reused = sum(1 for _ in replay.reused_records())
+    what = "retrying the rows that failed in" if spec.replay == "retry" else "resuming"
+    return (f"{what} {spec.out_dir}: {reused} of {spec.runs} rows reused, "
+            f"{spec.runs - reused} to run")
 
 
 async def _reuse(replay: _resume.Replay | None, stream: RecordStream) -> None:

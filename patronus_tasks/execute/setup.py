@@ -27,6 +27,7 @@ from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.results.verdict import rule_of
+from patronus_tasks.run.background import say
 from patronus_tasks.run.modes import RECORD_MODES
 from patronus_tasks.run.options import (
     BackendOption,
@@ -263,5 +264,8 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
         earlier = _to_resume(root, project_name, name, o["experiment_id"])
         if earlier is not None:
             spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
+        else:  # said: a resume that quietly ran every row again paid for every call
+            say(f"nothing to resume: no earlier run of {project_name}/{name} under {root}; "
+                "every row runs (as a new experiment)")
     _parquet.make_writable(spec.out_dir)
     return spec

@@ -46,10 +46,11 @@ _SECRET = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.
 
 
 def redact(url: str) -> str:
-    """``url`` safe to show: secret query values and a password in it as ``***``."""
+    """``url`` safe to show: secret query values, and a ``user:password`` in it, as
+    ``***`` (an object store's user is its access key id: half the credential)."""
     parts = urlsplit(url)
     user, at, host = parts.netloc.rpartition("@")
-    netloc = f"{user.split(':', 1)[0]}:***@{host}" if at and ":" in user else parts.netloc
+    netloc = f"***:***@{host}" if at and ":" in user else parts.netloc
     query = "&".join(f"{k}={'***' if _SECRET.search(k) else quote(v, safe=':/,')}"
                      for k, v in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))

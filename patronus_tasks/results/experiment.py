@@ -130,8 +130,15 @@ class Experiment:
         order = [(i, e.name) for i, lk in enumerate(links) for e in lk.evaluators]
         # Only what the summary reads: the dataset's columns can be most of the records.
         records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
-        return summarize(records, order, location=str(self.results_path),
-                         metrics=self.metrics)
+        return summarize(records, order, location=self._where(), metrics=self.metrics)
+
+    def _where(self) -> str:
+        """The results file; for a run not finished (interrupted, or running), its folder:
+        the rows done are parts there until a resume merges them."""
+        if self._known is None or self._known.status == "completed":
+            return str(self.results_path)
+        return (f"{_local_or(self.location)} ({self._known.status}: its rows done are in "
+                f"parts/ until it is resumed)")
 
     @property
     def metrics(self) -> list[MetricValue]:
@@ -140,8 +147,12 @@ class Experiment:
 
     def format_summary(self, display_hist: bool = True) -> str:
         """The summary as text (``display_hist``: with score histograms)."""
-        return self.summary().format(f"Experiment {self.project}/{self.name}",
-                                     histograms=display_hist)
+        summary = self.summary()
+        title = f"Experiment {self.project}/{self.name}"
+        known = self._known
+        if known is not None and known.status != "completed":
+            title += f" ({known.status}: {summary.runs} of {known.dataset.rows * known.repeats} rows)"
+        return summary.format(title, histograms=display_hist)
 
 
 def _read(location: Location) -> tuple[Manifest | None, ConfigError | None]:

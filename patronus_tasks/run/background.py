@@ -114,10 +114,10 @@ def drain(timeout: float | None = None) -> bool:
                 said = True
                 left[0].wait(_PROGRESS_SECONDS)
     except KeyboardInterrupt:
-        _say("Stopped waiting: " + "; ".join(p.describe() for p in unfinished()))
+        say("Stopped waiting: " + "; ".join(p.describe() for p in unfinished()))
         return False
     if said:
-        _say(_outcome(waited))
+        say(_outcome(waited))
     return True
 
 
@@ -127,7 +127,7 @@ def _progress(left: list[Pending], last: tuple[str, float], start: float) -> tup
     what, now = "; ".join(p.describe() for p in left), time.monotonic()
     if what == last[0] and now - last[1] < _REPEAT_SECONDS:
         return last
-    _say(f"Waiting for {what} ({now - start:.0f} s so far; Ctrl-C stops waiting, the results "
+    say(f"Waiting for {what} ({now - start:.0f} s so far; Ctrl-C stops waiting, the results "
          "are written already)")
     return what, now
 
@@ -172,7 +172,8 @@ class Afterwards:
         return self._done.wait(timeout)
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """A line for the person running the experiment (stderr: stdout is theirs)."""
     print(f"patronus-tasks: {text}", file=sys.stderr, flush=True)
 
 

@@ -134,6 +134,9 @@ def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topo
         raise ConfigError(f"port {port} on 127.0.0.1 is taken: stop what listens there, "
                           "or choose another with --port")
     _check_pieces(topology)
+    if deploy and not (project / "prefect.yaml").is_file():
+        raise ConfigError(f"no prefect.yaml in {project.resolve()} to deploy: run this from the "
+                          "project's folder, or pass --no-deploy for a server and worker alone")
     stack = Stack(f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}", str(home))
     stack.save()
     try:
