@@ -146,12 +146,34 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
         (["export", "base", "--format", "xml"], "--format must be csv or jsonl"),
         (["run", "missing.py"], "missing.py: no such file"),
         (["run", "x.py", "--min-pass-rate", "exact"], "write EVALUATOR=RATE"),
+        (["run", str(ROOT / "README.md")], "README.md: not a Python file"),
+        (["list", "--results-dir", "s3://no-such-bucket/x?endpoint_override=127.0.0.1:9&scheme=http"],
+         "cannot be listed"),
     ],
 )
 def test_cli_usage_errors_exit_2(two_runs: tuple[Path, Path], results_dir: Path,
                                  args: list[str], message: str) -> None:
-    result = CliRunner().invoke(app, [*args, "--results-dir", str(results_dir)])
-    assert result.exit_code == 2 and message in result.stderr
+    given = [] if "--results-dir" in args else ["--results-dir", str(results_dir)]
+    result = CliRunner().invoke(app, [*args, *given])
+    assert result.exit_code == 2 and message in " ".join(result.stderr.split()), result.stderr
+
+
+def test_cli_run_against_a_prefect_api_that_does_not_answer(tmp_path: Path) -> None:
+    """After `server down`, PREFECT_API_URL still set: said before anything runs, with the
+    fix and the usage exit code (a traceback and exit 1, a gate's code, before)."""
+    import os
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
+    env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(tmp_path / "home")}
+    ran = subprocess.run([sys.executable, "-m", "patronus_tasks", "run", "flows/text_to_sql.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    said = " ".join(ran.stderr.split())
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert f"the Prefect API at {url} does not answer" in said and "patronus-tasks server up" in said
+    assert "Traceback" not in ran.stderr
 
 
 RUNNABLE = """

@@ -10,6 +10,7 @@ import typer
 
 from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, say, usage
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.location import redact, scrub
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
@@ -29,12 +30,15 @@ def _pass_rates(e: Experiment) -> str:
 
 def list_(results_dir: ResultsDir = None) -> None:
     """Past experiments: name, start time, status, rows, errors and pass rates."""
+    where = results_dir or default_results_dir()
     try:
         runs = list_experiments(results_dir)
     except ConfigError as exc:  # a store that cannot be opened (credentials, a bad URL)
         raise usage(str(exc)) from None
+    except OSError as exc:  # opened, but it does not answer
+        raise usage(f"results_dir {redact(str(where))} cannot be listed: "
+                    f"{scrub(str(exc), str(where))}") from None
     if not runs:
-        where = results_dir or default_results_dir()
         typer.echo(f"no experiments under {where}" + (
             "" if "://" in str(where) or Path(where).is_dir() else " (no such folder)"))
         return
