@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 
 from patronus_tasks.execute.run import run_kept
 from patronus_tasks.prefect import internal
@@ -21,6 +22,7 @@ from patronus_tasks.prefect.runs.opening import opening, parent_run
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.run.background import say
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 
@@ -81,9 +83,24 @@ class RecorderKeeper:
             said = await asyncio.to_thread(recording.wait_verdict)
             failures = failures if said is None else said
         if self.parent is not None:
-            await recording.until_recorded(_waiting)
+            await recording.until_recorded(_Waiting())
         return failures
 
 
-def _waiting(recording: Recording) -> None:
-    logger.info("waiting for %s", recording.describe())
+class _Waiting:
+    """Inside a flow run, the wait for its records said on the console too (the flow's
+    log alone left the command silent for a minute after its last row): when it changes,
+    else every `REPEAT_SECONDS`."""
+
+    REPEAT_SECONDS = 20.0
+
+    def __init__(self) -> None:
+        self.start, self.last, self.said_at = time.monotonic(), "", 0.0
+
+    def __call__(self, recording: Recording) -> None:
+        what, now = recording.describe(), time.monotonic()
+        logger.info("waiting for %s", what)
+        if what != self.last or now - self.said_at >= self.REPEAT_SECONDS:
+            say(f"the flow run waits for {what} ({now - self.start:.0f} s so far; the results "
+                "are written already)")
+            self.last, self.said_at = what, now
