@@ -147,6 +147,7 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
         (["run", "missing.py"], "missing.py: no such file"),
         (["run", "x.py", "--min-pass-rate", "exact"], "write EVALUATOR=RATE"),
         (["run", str(ROOT / "README.md")], "README.md: not a Python file"),
+        (["compare", "base", "cand", "--drop", "5"], "--drop must be a fall from 0 to 1"),
         (["list", "--results-dir", "s3://no-such-bucket/x?endpoint_override=127.0.0.1:9&scheme=http"],
          "cannot be listed"),
     ],

@@ -257,6 +257,12 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
     shown = load_experiment(out_dir).format_summary()
     assert shown.startswith("Experiment interrupts/sigterm (interrupted: 3 of 8 rows)")
     assert f"Results: {out_dir} (interrupted: its rows done are in parts/" in shown
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    listed = CliRunner().invoke(app, ["list", "--results-dir", str(tmp_path / "r")]).stdout
+    assert "interrupts/sigterm" in listed and "interrupted  rows=3 of 8  errors=0" in listed
     count = subprocess.run(
         [sys.executable, "-c", "import asyncio, sys\n"
          "from prefect.client.orchestration import get_client\n"

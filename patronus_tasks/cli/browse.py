@@ -19,13 +19,19 @@ from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
 from patronus_tasks.settings import default_results_dir
 
 
-def _pass_rates(e: Experiment) -> str:
+def _figures(e: Experiment) -> str:
+    """Rows, errors and pass rates. A run not finished (interrupted, killed, running) has
+    its rows in parts, counted from there: its manifest says 0 until it ends."""
+    m = e.manifest
     try:
-        stats = e.summary().evaluators
+        summary = e.summary()
     except FileNotFoundError:
-        return "(no results)"
-    return ", ".join(f"{s.evaluator} {'-' if s.pass_rate is None else f'{s.pass_rate:.0%}'}"
-                     for s in stats)
+        return f"rows={m.rows}  (no results)"
+    rows = f"rows={m.rows}" if m.status == "completed" else \
+        f"rows={summary.runs} of {m.dataset.rows * m.repeats}"
+    rates = ", ".join(f"{s.evaluator} {'-' if s.pass_rate is None else f'{s.pass_rate:.0%}'}"
+                      for s in summary.evaluators)
+    return f"{rows}  errors={summary.task_errors + summary.evaluator_errors}  {rates}"
 
 
 def list_(results_dir: ResultsDir = None) -> None:
@@ -44,9 +50,7 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  "
-                   f"rows={m.rows}  errors={m.task_errors + m.evaluator_errors}  "
-                   f"{_pass_rates(e)}")
+        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  {_figures(e)}")
 
 
 def _failure_lines(e: Experiment) -> list[str]:
@@ -100,8 +104,8 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
         raise usage(str(exc)) from None
     try:
         rule = rule_of(drop, False)
-    except ConfigError as exc:
-        raise usage(str(exc)) from None
+    except ConfigError:  # its message names the Python option (regression_threshold)
+        raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
     # What got worse or better first, counts before p-values; then the figures.
     typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     typer.echo(result.format())
