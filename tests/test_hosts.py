@@ -51,7 +51,7 @@ FLOW = textwrap.dedent('''
         # Long enough for a worker to die mid-run; worker-b, killed once it wrote 2 rows,
         # slower still, so that the kill lands mid-batch even when the test's polling of
         # the bucket lags on a loaded machine (its batch then ran twice: what it wrote kept).
-        time.sleep(3.0 if socket.gethostname() == "worker-b" else 0.3)
+        time.sleep(1.5 if socket.gethostname() == "worker-b" else 0.3)
         return row["question"].upper()
 
     @evaluator
