@@ -46,12 +46,16 @@ FLOW = textwrap.dedent('''
     from prefect import flow
     from patronus_tasks import Row, evaluator, run_experiment, task
 
+    ANSWERED = []  # per batch: the function travels by value, its globals with it
+
     @task(cache=True)
     def answer(row: Row) -> str:
-        # Long enough for a worker to die mid-run; worker-b, killed once it wrote 2 rows,
-        # slower still, so that the kill lands mid-batch even when the test's polling of
-        # the bucket lags on a loaded machine (its batch then ran twice: what it wrote kept).
-        time.sleep(1.5 if socket.gethostname() == "worker-b" else 0.3)
+        # worker-b, killed once it wrote 2 rows, writes 2 of each batch and then hangs:
+        # the kill lands mid-batch however late the test's polling of the bucket sees
+        # them (a suite under load killed it between batches: nothing was run again).
+        ANSWERED.append(row["question"])
+        hangs = socket.gethostname() == "worker-b" and len(ANSWERED) > 2
+        time.sleep(300 if hangs else 0.3)
         return row["question"].upper()
 
     @evaluator
