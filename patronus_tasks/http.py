@@ -19,12 +19,15 @@ import email.utils
 import functools
 import logging
 import random
+import re
 import ssl
 import time
 import weakref
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -90,10 +93,14 @@ class Endpoint:
     def __init__(self, base_url: str, *, headers: dict[str, str] | None = None,
                  max_in_flight: int = 16, timeout: float = 60.0, max_attempts: int = 3,
                  backoff: float = 0.5, max_backoff: float = 20.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 hints: Mapping[int, str] | None = None) -> None:
         """``transport``: what carries the requests instead of the network (an
-        ``httpx.MockTransport`` answering in-process: the agents' local policy)."""
+        ``httpx.MockTransport`` answering in-process: the agents' local policy);
+        ``hints``: what to check, by HTTP status, said with an error of that status."""
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  # in messages: no user:password, no key=
+        self.hints = {**_STATUS_HINTS, **(hints or {})}
         self.transport = transport
         self._headers = dict(headers or {})
         self.max_in_flight, self.timeout = max_in_flight, timeout
@@ -102,7 +109,7 @@ class Endpoint:
             weakref.WeakKeyDictionary())
 
     def __repr__(self) -> str:
-        return f"Endpoint({self.base_url!r}, max_in_flight={self.max_in_flight})"
+        return f"Endpoint({self.shown_url!r}, max_in_flight={self.max_in_flight})"
 
     def __getstate__(self) -> dict[str, Any]:
         # Clients and semaphores belong to one event loop; a copy elsewhere makes its own.
@@ -114,6 +121,8 @@ class Endpoint:
 
     def redact(self, text: str) -> str:
         """``text`` with every credential of this endpoint replaced by ``***``."""
+        if self.shown_url != self.base_url:
+            text = text.replace(self.base_url, self.shown_url)
         for value in self._headers.values():
             for secret in {value, value.removeprefix("Bearer ")}:
                 if len(secret) >= 6:
@@ -152,7 +161,8 @@ class Endpoint:
             if response is not None and response.is_success:
                 return self._json_body(response, method, path, attempt), attempt
             if response is not None and not _retryable(response.status_code):
-                raise RemoteAPIError(self.redact(_failure(method, self.base_url + path, response)),
+                raise RemoteAPIError(self.redact(_failure(method, self.shown_url + path, response,
+                                                          self.hints)),
                                      status=response.status_code, attempts=attempt)
             failures.append(problem)
             if attempt < self.max_attempts:
@@ -162,7 +172,7 @@ class Endpoint:
                 await asyncio.sleep(delay)
         status = response.status_code if response is not None else None
         raise RemoteAPIError(
-            f"{method} {self.base_url}{path} failed after {self.max_attempts} attempts: "
+            f"{method} {self.shown_url}{path} failed after {self.max_attempts} attempts: "
             + "; ".join(failures) + _hint(failures), status=status, attempts=self.max_attempts)
 
     async def _send(self, method: str, path: str, **kwargs: Any
@@ -200,13 +210,31 @@ class Endpoint:
 _STATUS_HINTS = {
     401: " (check the API key it was given)",
     403: " (check the API key it was given)",
-    404: " (check the base URL: an OpenAI-compatible one usually ends in /v1; and the model name)",
+    404: " (check the base URL and the path)",
 }
+_SECRET_NAME = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
 
 
-def _failure(method: str, url: str, response: httpx.Response) -> str:
+def redact_url(url: str) -> str:
+    """``url`` safe to show: secret query values and a ``user:password`` as ``***`` (an
+    object store's user is its access key id: half the credential), a web URL's user too
+    (a token alone: ``https://TOKEN@host``)."""
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if at and ":" in user:
+        netloc = f"***:***@{host}"
+    elif at and parts.scheme.lower() in ("http", "https"):
+        netloc = f"***@{host}"
+    else:
+        netloc = parts.netloc  # an abfs container@account names no secret
+    query = "&".join(f"{k}={'***' if _SECRET_NAME.search(k) else quote(v, safe=':/,')}"
+                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _failure(method: str, url: str, response: httpx.Response, hints: Mapping[int, str]) -> str:
     return (f"{method} {url}: HTTP {response.status_code} (not retried)"
-            f"{_STATUS_HINTS.get(response.status_code, '')}: {response.text[:500]}")
+            f"{hints.get(response.status_code, '')}: {response.text[:500]}")
 
 
 def _hint(failures: list[str]) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator, Task
@@ -41,13 +42,17 @@ def openai_endpoint(base_url: str | None = None, api_key: str | None = None, *,
             "no model endpoint: set OPENAI_BASE_URL to an OpenAI-compatible server (vLLM, "
             "Ollama: http://127.0.0.1:11434/v1) or OPENAI_API_KEY for api.openai.com, or "
             "pass endpoint=openai_endpoint(base_url=..., api_key=...).")
-    url = url or DEFAULT_BASE_URL
-    if not url.startswith(("http://", "https://")):
+    url = (url or DEFAULT_BASE_URL).strip()
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
         raise ConfigError(f"model endpoint {url!r}: the base URL needs its scheme "
                           f"(http://{url} or https://{url}); it usually ends in /v1.")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     return Endpoint(url, headers=headers, max_in_flight=max_in_flight, timeout=timeout,
-                    max_attempts=max_attempts)
+                    max_attempts=max_attempts, hints=_OPENAI_HINTS)
+
+
+_OPENAI_HINTS = {404: " (check the base URL: an OpenAI-compatible one usually ends in /v1; "
+                      "and the model name)"}
 
 
 def default_model() -> str:

@@ -124,3 +124,10 @@ def test_a_mistyped_row_attribute_and_a_missing_file_say_what_there_is(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DatasetError, match=f"looked for {tmp_path.resolve() / 'data' / 'qa.jsonl'}"):
         load_dataset("data/qa.jsonl")
+
+
+def test_a_csv_list_of_non_texts_is_not_a_list_of_passages(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.csv"
+    pd.DataFrame({"evaluated_model_input": ["a"], "evaluated_model_retrieved_context": ["[1, 2]"]}
+                 ).to_csv(path, index=False)
+    assert next(read_csv(path).rows()).evaluated_model_retrieved_context == "[1, 2]"

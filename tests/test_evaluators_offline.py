@@ -464,8 +464,9 @@ def test_json_in_a_fence_among_words_and_rouge_beyond_english() -> None:
     assert not judge(json_valid(strip_fences=False), said).pass_
     # rouge-score's default tokenizer keeps a-z and 0-9 only: a gold answer in another
     # script is the row's error naming the option, and tokenizer="unicode" scores it.
-    with pytest.raises(ConfigError, match="tokenizer='unicode'"):
+    with pytest.raises(DatasetError, match="tokenizer='unicode'"):
         judge(rouge(), "Москва столица", "Москва столица")
+    assert judge(rouge(), "Moscow", ["Москва", "Moscow"]).score_raw == 1.0  # the other gold
     assert judge(rouge(tokenizer="unicode"), "Москва — столица", "москва столица").score_raw == 1.0
     assert judge(rouge(tokenizer="unicode"), "Киев", "Москва столица").score_raw == 0.0
 
@@ -483,3 +484,18 @@ def test_contains_normalises_as_exact_match_and_json_is_strict() -> None:
     for text in ('{"a": NaN}', "[Infinity]"):
         result = judge(json_valid(), text)
         assert not result.pass_ and "not JSON's" in result.explanation
+
+
+@pytest.mark.parametrize(("answer", "query"), [
+    ("```python\nprint(1)\n```\nThen run:\n```sql\nSELECT 1\n```", "SELECT 1"),  # not the prose
+    ("```tsql\nSELECT 1\n```", "SELECT 1"),
+    ("```sql SELECT 1```", "SELECT 1"),
+    ("```SELECT 1```", "SELECT 1"),
+    ("Here:\n```\nSELECT 2\n```", "SELECT 2"),
+    ("```sql\nSELECT 4 FROM t", "SELECT 4 FROM t"),  # cut off by max_tokens
+    ("SELECT 3", "SELECT 3"),
+])
+def test_the_query_in_a_chat_models_answer(answer: str, query: str) -> None:
+    from patronus_tasks.evaluators.sql import sql_text
+
+    assert sql_text(answer) == query

@@ -352,3 +352,11 @@ def test_the_link_column_shows_only_for_a_chain(results_dir: Path) -> None:
                           {"task": again, "evaluators": [matches]}])
     assert [(r["link"], r["evaluator"], r["pass rate"]) for r in chained] == [
         (0, "matches", "50.0%"), (1, "matches", "50.0%")]
+
+
+def test_a_judge_stopped_by_its_timeout_is_shown_timed_out() -> None:
+    from patronus_tasks.prefect.ui.display import _failed
+
+    assert _failed("JudgeError", "evaluator 'j' timed out after 2 s (timeout_seconds): no verdict"
+                   ).name == "TimedOut"
+    assert _failed("JudgeError", "judge 'm' refused: 'no'").name == "Failed"

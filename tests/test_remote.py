@@ -245,3 +245,24 @@ def test_endpoint_error_messages_redact_the_key() -> None:
         asyncio.run(go(server.url))
     assert KEY not in str(err.value) and "bad key ***" in str(err.value)
     assert err.value.status == 401 and err.value.attempts == 1
+
+
+def test_http_errors_name_the_url_without_its_credentials_and_say_what_to_check() -> None:
+    """A base URL may carry a proxy's user:password or a key in its query: the message
+    names the URL (which one failed) with those as ***; a 404 says what to check."""
+    from patronus_tasks.http import Endpoint
+
+    def not_found(req: Recorded) -> Reply:
+        return 404, {}, {"error": {"message": "no such route"}}
+
+    with serve(not_found) as server:
+        host = server.url.removeprefix("http://")
+        url = f"http://alice:pa55word@{host}/v1?api-key=SECRETQ"
+        for endpoint, hint in ((Endpoint(url), "check the base URL and the path"),
+                               (openai_endpoint(url, "sk-test-key"), "usually ends in /v1")):
+            with pytest.raises(RemoteAPIError) as err:
+                asyncio.run(endpoint.request("POST", "/chat/completions", json={}))
+            said = str(err.value)
+            assert f"http://***:***@{host}/v1?api-key=***" in said and hint in said, said
+            assert "pa55word" not in said and "SECRETQ" not in said and "alice" not in said
+            assert "pa55word" not in repr(endpoint)

@@ -145,6 +145,19 @@ def test_retry_errors_reruns_only_failed_steps(results_dir: Path,
         run_experiment("retry", experiment_id="nope", **kwargs)  # type: ignore[arg-type]
 
 
+def test_resume_without_the_runs_name_is_refused(results_dir: Path) -> None:
+    """Unnamed, every run is a new exp-<time>: a resume would run (and pay for) every row."""
+    @evaluator
+    def ok(row: Row) -> bool:
+        return True
+
+    for flag in ("resume", "retry_errors"):
+        with pytest.raises(ConfigError, match=f"{flag}=True needs the run to go on with: give "
+                                              "its experiment_name="):
+            run_experiment("ds", data=[{"x": 1}], evaluators=[ok], backend="local",
+                           results_dir=results_dir, print_summary=False, **{flag: True})
+
+
 def test_resume_refuses_a_different_dataset(results_dir: Path) -> None:
     @evaluator
     def ok(row: Row) -> bool:

@@ -138,3 +138,15 @@ def test_run_options_set_on_the_class_are_the_defaults() -> None:
     assert (flaky.retries, flaky.retry_delay_seconds, flaky.timeout_seconds) == (2, 0.5, 5.0)
     assert Flaky(retries=0).retries == 0 and Judge().retries == 3
     assert Task.retries == 0 and Judge(retries=1).retries == 1
+
+
+def test_sdk_style_results_and_class_options_that_conflict() -> None:
+    assert EvaluationResult(score=None, score_raw=0.5).score_raw == 0.5  # every field passed
+    with pytest.raises(ConfigError, match="inline=True cannot have a timeout_seconds"):
+        class Stuck(Task):
+            inline, timeout_seconds = True, 5.0
+
+            def execute(self, evaluated_model_input: str) -> str:
+                return ""
+
+        Stuck()

@@ -64,6 +64,10 @@ def test_the_verdict_names_tags_and_says_it() -> None:
     assert (unread.name, unread.tags) == ("Gate failed", ["gate-failed", "not-compared"])
     assert unread.failures == ["fail_on_regression could not be checked: its results could not be read"]
     assert judge(summary(), NotCompared("gone"), Rule()).name == "Not compared"
+    from patronus_tasks.prefect.ui.series import headline
+
+    assert headline(NotCompared("gone")) == "not compared: the previous run's results could not be read"
+    assert headline("This is the first run of its series.") == "no previous run to compare with"
     assert judge(summary(), None, Rule()).name == "Completed"
     assert judge(summary(errors=2), None, Rule()).tags == ["errors"]
 

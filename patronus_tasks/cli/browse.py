@@ -45,7 +45,7 @@ def list_(results_dir: ResultsDir = None) -> None:
         raise usage(f"results_dir {redact(str(where))} cannot be listed: "
                     f"{scrub(str(exc), str(where))}") from None
     if not runs:
-        typer.echo(f"no experiments under {where}" + (
+        typer.echo(f"no experiments under {redact(str(where))}" + (
             "" if "://" in str(where) or Path(where).is_dir() else " (no such folder)"))
         return
     for e in runs:

@@ -207,7 +207,8 @@ def _json_list(cell: Any) -> Any:
         parsed = json.loads(cell)
     except ValueError:
         return cell
-    return parsed if isinstance(parsed, list) else cell
+    # Passages are texts: a list of anything else ("[1, 2]") stays the cell it was.
+    return parsed if isinstance(parsed, list) and all(isinstance(p, str) for p in parsed) else cell
 
 
 def read_csv(path: str | Path, *, sid_field: str | None = None, **fields: Any) -> Dataset:

@@ -153,6 +153,8 @@ class EvaluationResult(BaseModel):
         the fields there are (pydantic's "Extra inputs are not permitted" named no fix)."""
         if not isinstance(data, dict):
             return data
+        if "score" in data and data["score"] is None:  # SDK code passing every field
+            data = {k: v for k, v in data.items() if k != "score"}
         if "score" in data:
             if data.get("score_raw") is not None:
                 raise ValueError("give score_raw= or score= (the SDK 0.1.x's name), not both")

@@ -57,6 +57,7 @@ class Step:
             raise ConfigError(f"{self.kind} {name!r}: retries and retry_delay_seconds must be >= 0")
         if timeout_seconds is not None and timeout_seconds <= 0:
             raise ConfigError(f"{self.kind} {name!r}: timeout_seconds must be > 0 or None")
+        inline = inline if inline is not None else type(self).inline
         if inline and timeout_seconds is not None:
             raise ConfigError(f"{self.kind} {name!r}: inline=True cannot have a timeout_seconds "
                               "(a call in the event loop cannot be interrupted); drop one of them.")

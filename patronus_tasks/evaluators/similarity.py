@@ -23,7 +23,7 @@ from patronus_tasks.evaluators.base import (
     needs_output,
     scored,
 )
-from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.exceptions import ConfigError, DatasetError
 
 
 def _similarity(metric: str) -> Callable[[str, str], float]:
@@ -111,23 +111,23 @@ class Rouge(_Lazy):
     def evaluate(self, evaluated_model_gold_answer: Any,
                  evaluated_model_output: str = "") -> EvaluationResult:
         kind, scorer = self.options["kind"], self.scorer()
-        texts = golds(evaluated_model_gold_answer)
-        self._check_tokens(texts, scorer)
+        texts = self._readable(golds(evaluated_model_gold_answer), scorer)
         parts = {g: scorer.score(g, evaluated_model_output)[kind] for g in texts}
         gold = max(parts, key=lambda g: parts[g].fmeasure)
         s = parts[gold]
         return scored(float(s.fmeasure), self.options["threshold"], precision=s.precision,
                       recall=s.recall)
 
-    def _check_tokens(self, texts: list[str], scorer: Any) -> None:
-        """A gold answer the tokenizer reads nothing of would score every output 0, however
-        right (an output with no word of it is a fail, rightly)."""
-        for text in texts:
-            # The scorer's own tokenizer (the one `build` gave it), as it will read the text.
-            if text.strip() and not scorer._tokenizer.tokenize(text):
-                raise ConfigError(f"rouge: {cut(text, 60)!r} has no word rouge-score's tokenizer "
-                                  "keeps (its default keeps only a-z and 0-9): give "
-                                  "rouge(tokenizer='unicode') for text in other scripts.")
+    def _readable(self, texts: list[str], scorer: Any) -> list[str]:
+        """The gold answers the tokenizer reads a word of (the scorer's own, as `build`
+        gave it). None: every output would score 0 however right, that row's error;
+        another acceptable answer beside one in another script is scored alone."""
+        kept = [t for t in texts if not t.strip() or scorer._tokenizer.tokenize(t)]
+        if not kept:
+            raise DatasetError(f"rouge: the gold answer {cut(texts[0], 60)!r} has no word "
+                               "rouge-score's tokenizer keeps (its default keeps only a-z and "
+                               "0-9): give rouge(tokenizer='unicode') for text in other scripts.")
+        return kept
 
 
 class UnicodeTokenizer:
@@ -146,7 +146,8 @@ def rouge(*, kind: str = "rougeL", threshold: float = 0.5, use_stemmer: bool = F
     library's (Porter stemming, off by default as in Hugging Face's ``evaluate``).
     Precision and recall go to the metadata. Passes at ``threshold``. ``tokenizer``:
     ``"default"`` (the library's: a-z and 0-9 only; a gold answer with no such word is that
-    row's error, not a 0) or ``"unicode"`` (words of any script, case-folded; no stemming)."""
+    row's error, not a 0) or ``"unicode"`` (runs of letters of any script, case-folded, no
+    stemming: an unspaced Chinese or Thai sentence is one word)."""
     owner = "rouge"
     check_choice(owner, "tokenizer", tokenizer, ("default", "unicode"))
     if tokenizer == "unicode" and use_stemmer:

@@ -132,16 +132,28 @@ def run_query(db: Database, query: str, timeout: float) -> list[tuple[Any, ...]]
         done()
 
 
-_FENCED = re.compile(r"```[ \t]*(?:sql|sqlite|postgres(?:ql)?|mysql|duckdb)?[ \t]*\n(.*?)```",
-                     re.I | re.S)
+_FENCE = re.compile(r"```([^\n`]*)\n?(.*?)(?:```|\Z)", re.S)  # an unclosed one: cut off
+_SQL_TAGS = frozenset({"sql", "sqlite", "postgres", "postgresql", "psql", "mysql", "mariadb",
+                       "duckdb", "tsql", "mssql", "plsql", "oracle", "bigquery", "snowflake",
+                       "redshift", "spark", "sparksql", "hive", "trino", "presto", "clickhouse"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def sql_text(text: str) -> str:
-    """The query in a model's answer: the first Markdown code fence's content when there is
-    one (chat models wrap SQL in ```sql fences), else the text as it is."""
-    fenced = _FENCED.search(text)
-    return fenced.group(1).strip() if fenced else text
+    """The query in a model's answer: the first Markdown code fence tagged as SQL (chat
+    models wrap SQL in ```sql fences), else the first untagged one (or a one-line
+    ```SELECT 1```), else the text as it is. A fence tagged as another language is not
+    the query."""
+    untagged = None
+    for info, body in _FENCE.findall(text):
+        info = info.strip()
+        tag = info.split()[0].lower() if info else ""
+        if tag in _SQL_TAGS:
+            return f"{info[len(tag):]}\n{body}".strip()
+        one_line = bool(info) and not body.strip()  # ```SELECT 1```: the query is the "tag"
+        if untagged is None and (not info or one_line):
+            untagged = (info if one_line else body).strip()
+    return untagged if untagged is not None else text
 
 
 def _plain(exc: Exception) -> str:

@@ -90,14 +90,12 @@ async def execute(spec: ExperimentSpec, backend: Backend, flow_run_id: str | Non
     try:
         await _reuse(replay, stream)
         await backend.run(Rows(spec, replay), stream)
-    except BaseException:
+    except BaseException as exc:
         # Interrupted: keep every completed row as a part, and say so.
         for recorder in stream.recorders:
             recorder.cancel()
         manifest_file.write(_manifest(spec, tally, "interrupted", started, flow_run_id))
-        say(f"interrupted after {tally.rows} of {spec.runs} rows; those are kept in "
-            f"{spec.out_dir}. Go on with resume=True (patronus-tasks run ... --resume) and "
-            f"experiment_name={spec.experiment_name!r}: only the rest run.")
+        say(_stopped(spec, tally, exc))
         raise
     manifest = _manifest(spec, tally, "completed", started, flow_run_id)
     await stream.sink.finish(manifest)
@@ -118,6 +116,16 @@ def _stream(spec: ExperimentSpec, tally: RunTotals) -> RecordStream:
     progress = observers.Progress(spec, tally, spec.on_progress, spec.runs)
     watchers: list[Recorder] = [progress] if progress.wanted else []
     return RecordStream(tally, sink, [*watchers, *spec.reporters])
+
+
+def _stopped(spec: ExperimentSpec, tally: RunTotals, exc: BaseException) -> str:
+    """Where the rows done are, and, for an interrupt, how to go on (an error first
+    wants its fix: a resume would meet it again)."""
+    kept = f"after {tally.rows} of {spec.runs} rows; those are kept in {spec.out_dir}."
+    if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM, a cancelled flow run
+        return (f"interrupted {kept} Go on with resume=True (patronus-tasks run ... --resume) "
+                f"and experiment_name={spec.experiment_name!r}: only the rest run.")
+    return f"stopped by {type(exc).__name__} {kept}"
 
 
 def _resuming(spec: ExperimentSpec, replay: _resume.Replay) -> str:

@@ -245,6 +245,11 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
     o.update(given_flags(options))  # a runner's (`options.giving`)
     dataset = load_dataset(pick_data(data, o["dataset"]))
     _check_columns(links, dataset)
+    if (o["resume"] or o["retry_errors"]) and not o["experiment_name"] and not o["experiment_id"]:
+        raise ConfigError(  # unnamed, each run is a new exp-<time>: nothing could be resumed
+            f"{'retry_errors' if o['retry_errors'] else 'resume'}=True needs the run to go on "
+            "with: give its experiment_name= (--experiment-name; patronus-tasks list shows "
+            "them) or experiment_id=.")
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     root = Location.of(o["results_dir"] if o["results_dir"] is not None else default_results_dir())
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),

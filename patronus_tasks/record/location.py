@@ -36,6 +36,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.http import redact_url
 
 #: How often a remote file is read again when it changed while read (`Location.read_bytes`).
 _REREADS = 5
@@ -43,17 +44,8 @@ _REREADS = 5
 #: Query parameters whose values are never shown (``secret_key``, ``session_token``,
 #: ``access_key``, an Azure ``sas_token``/``account_key``, a signed URL's ``sig``, ...).
 _SECRET = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
-
-
-def redact(url: str) -> str:
-    """``url`` safe to show: secret query values, and a ``user:password`` in it, as
-    ``***`` (an object store's user is its access key id: half the credential)."""
-    parts = urlsplit(url)
-    user, at, host = parts.netloc.rpartition("@")
-    netloc = f"***:***@{host}" if at and ":" in user else parts.netloc
-    query = "&".join(f"{k}={'***' if _SECRET.search(k) else quote(v, safe=':/,')}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+#: ``url`` safe to show (`http.redact_url`: one rule for every URL this package names).
+redact = redact_url
 
 
 def _without_password(url: str) -> str:

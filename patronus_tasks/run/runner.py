@@ -199,7 +199,11 @@ async def _uncarried(future: Awaitable[Any]) -> Any:
     try:
         return await future
     except _Carried as carried:
-        raise carried.error from None
+        error, context = carried.error, carried.error.__context__
+        try:
+            raise error  # its own cause kept (`raise ... from e` in the user's code)
+        finally:
+            error.__context__ = context  # not the carrier
 
 
 def _settled(call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

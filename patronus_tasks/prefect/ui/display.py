@@ -85,7 +85,8 @@ def _outcome(inv: Invocation) -> State:
 
 
 def _failed(error_type: str, message: str) -> State:
-    timed_out = error_type == "TimeoutError" and "timed out" in message
+    # A judge stopped by its timeout_seconds is a JudgeError (unscored), still a timeout.
+    timed_out = error_type in ("TimeoutError", "JudgeError") and "timed out after" in message
     return State("FAILED", "TimedOut" if timed_out else "Failed", f"{error_type}: {message}")
 
 

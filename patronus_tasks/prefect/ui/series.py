@@ -169,6 +169,8 @@ def _sid(sid: str, e: EvaluatorComparison, ids: dict[str, str]) -> str:
 
 def headline(comparison: Comparison | str, rule: Rule | None = None) -> str:
     """The comparison in one line, for the artifact's description (its history)."""
+    if isinstance(comparison, NotCompared):
+        return "not compared: the previous run's results could not be read"
     if isinstance(comparison, str):
         return "no previous run to compare with"
     rule = rule or Rule()
