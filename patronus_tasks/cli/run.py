@@ -43,7 +43,7 @@ def _import_file(path: Path) -> ModuleType:
 
 def _entry(target: str) -> Callable[..., Any]:
     """``PATH[:FUNCTION]``: the named function, or the file's only Prefect flow."""
-    from prefect import Flow
+    from prefect import Flow  # here: the other commands start without Prefect
 
     path, _, name = target.partition(":")
     module = _import_file(Path(path))
@@ -59,6 +59,12 @@ def _entry(target: str) -> Callable[..., Any]:
     return flows[0]
 
 
+def _is_flow(fn: Callable[..., Any]) -> bool:
+    from prefect import Flow
+
+    return isinstance(fn, Flow)
+
+
 def _check_api() -> None:
     """A Prefect API named (PREFECT_API_URL, a profile) that does not answer, said before
     anything runs: Prefect's engine failed first, with a long traceback and exit 1 (a gate's
@@ -67,12 +73,15 @@ def _check_api() -> None:
     import httpx
     from prefect.settings import get_current_settings
 
-    url = get_current_settings().api.url
-    if not url:
+    api = get_current_settings().api
+    if not api.url:
         return  # Prefect's built-in server, started for this process
+    url = api.url
+    # As Prefect's client verifies (a self-hosted server's own CA, or none asked for).
+    verify: bool | str = False if api.tls_insecure_skip_verify else (api.ssl_cert_file or True)
     for attempt in range(3):
         try:
-            httpx.get(f"{url.rstrip('/')}/health", timeout=5.0)
+            httpx.get(f"{url.rstrip('/')}/health", timeout=5.0, verify=verify)
             return
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
@@ -150,7 +159,8 @@ def run(target: Annotated[str, typer.Argument(help="PATH[:FUNCTION] of a Python 
     except ConfigError as exc:
         raise usage(str(exc)) from None
     fn = _entry(target)
-    _check_api()
+    if _is_flow(fn):  # a plain function may run its experiments locally
+        _check_api()
     given = {"data": data, "experiment_name": experiment_name,
              "max_concurrency": max_concurrency,
              "results_dir": str(results_dir) if results_dir else None,
