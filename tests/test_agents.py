@@ -254,3 +254,23 @@ def test_expected_calls_and_conversations_read_back_from_parquet(tmp_path: Path)
     assert [(c.name, c.arguments) for c in calls] == [("weather", {"city": "Paris"}),
                                                       ("weather", {"city": "Oslo", "unit": "F"})]
     assert as_messages(conversation["evaluated_model_input"]) == ROWS[-1]["evaluated_model_input"]
+
+
+def test_two_span_matches_in_one_experiment_each_named(results_dir: Path) -> None:
+    """``name=`` names the evaluator, as for every other one; the span is ``span_name=``."""
+    from patronus_tasks import run_experiment, span, task
+
+    @task
+    def tooled(evaluated_model_input: str) -> str:
+        with span("search", kind="tool"):
+            pass
+        return "x"
+
+    checks = [span_matches("search", kind="tool", name="searched"),
+              span_matches(kind="llm", present=False, name="no_model")]
+    exp = run_experiment("spans", data=[{"evaluated_model_input": "q"}], task=tooled,
+                         evaluators=checks, backend="local", results_dir=results_dir,
+                         print_summary=False, html_report=False)
+    df = exp.to_dataframe().set_index("evaluator_name")
+    assert df.loc["searched", "pass"] and df.loc["no_model", "pass"]
+    assert df.loc["no_model", "explanation"] == "0 span(s) with kind='llm'; wanted none"

@@ -309,3 +309,34 @@ def test_repeats_cache_resume_and_metric_gates_on_dask(prefect_server: str,
         (s, k) for s in "123" for k in (1, 2)]
     assert df["status"].eq("ok").all() and again.manifest["calls"] == 2  # the two failed runs
     assert again.summary().evaluators[0].repeats.pass_hat_k == 1.0  # type: ignore[union-attr]
+
+
+def test_model_calls_a_task_made_before_it_failed_are_paid_and_counted(results_dir: Path) -> None:
+    """An agent out of budget raises after its model calls: they were paid. A task's own
+    `llm` spans count when its result reports no usage (never twice when it does)."""
+    from patronus_tasks import span
+
+    @task
+    def agent(evaluated_model_input: str) -> str:
+        for _ in range(2):
+            with span("chat gpt-4o-mini", kind="llm", model="gpt-4o-mini", input_tokens=1000,
+                      output_tokens=500):
+                pass
+        if evaluated_model_input == "loops":
+            raise RuntimeError("out of budget: 2 model calls")
+        return "done"
+
+    @evaluator
+    def ok(evaluated_model_output: str) -> bool:
+        return True
+
+    exp = run_experiment("spent", data=[{"evaluated_model_input": "loops"},
+                                        {"evaluated_model_input": "answers"}],
+                         task=agent, evaluators=[ok], backend="local", results_dir=results_dir,
+                         print_summary=False, html_report=False)
+    df = exp.to_dataframe().drop_duplicates("sid").set_index("sid")
+    one_row = 2 * (1000 * 0.15e-6 + 500 * 0.6e-6)  # gpt-4o-mini's price, two calls
+    for sid in ("1", "2"):  # the failed row too
+        assert df.loc[sid, "task_input_tokens"] == 2000 and df.loc[sid, "task_model"] == "gpt-4o-mini"
+        assert df.loc[sid, "task_cost_usd"] == pytest.approx(one_row)
+    assert exp.manifest["cost_usd"] == pytest.approx(2 * one_row)

@@ -216,24 +216,28 @@ class SpanMatches(Check):
 
     def evaluate(self, trace: Trace | None = None) -> EvaluationResult:
         o = self.options
-        found = (trace or Trace(None)).find(o["name"], o["kind"], o["attributes"])
+        found = (trace or Trace(None)).find(o["span_name"], o["kind"], o["attributes"])
         if o["failed"] is not None:
             found = [s for s in found if (s.error is not None) == o["failed"]]
-        wanted = "a" if o["present"] else "no"
+        wanted = "at least one" if o["present"] else "none"
         what = ", ".join(f"{k}={v!r}" for k, v in o.items() if v is not None and k != "present")
-        return verdict(bool(found) == o["present"], f"{len(found)} span(s) with {what}; wanted {wanted}",
-                       matches=len(found))
+        return verdict(bool(found) == o["present"], f"{len(found)} span(s) with {what}; wanted "
+                       f"{wanted}", matches=len(found))
 
 
-def span_matches(name: str | None = None, *, kind: str | None = None,
+def span_matches(span_name: str | None = None, *, kind: str | None = None,
                  attributes: dict[str, Any] | None = None, failed: bool | None = None,
                  present: bool = True, **step: Any) -> SpanMatches:
-    """Is there a span with this ``name``, ``kind``, ``attributes`` (and, with ``failed``,
-    that raised or not)? ``present=False``: is there none? (pydantic-evals' HasMatchingSpan.)"""
-    if name is None and kind is None and not attributes and failed is None:
-        raise ConfigError("span_matches: give name, kind, attributes or failed to match spans by.")
-    return SpanMatches({"name": name, "kind": kind, "attributes": attributes, "failed": failed,
-                        "present": present}, "span present" if present else "span absent", step)
+    """Is there a span named ``span_name``, of ``kind``, with ``attributes`` (and, with
+    ``failed``, that raised or not)? ``present=False``: is there none? (pydantic-evals'
+    HasMatchingSpan.) ``name=`` names the evaluator, as for every other one (two of them in
+    one experiment need two names)."""
+    if span_name is None and kind is None and not attributes and failed is None:
+        raise ConfigError("span_matches: give span_name, kind, attributes or failed to match "
+                          "spans by (name= names the evaluator).")
+    return SpanMatches({"span_name": span_name, "kind": kind, "attributes": attributes,
+                        "failed": failed, "present": present},
+                       "span present" if present else "span absent", step)
 
 
 class NoLoops(Check):

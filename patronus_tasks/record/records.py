@@ -17,6 +17,7 @@ import pyarrow as pa
 from patronus_tasks.define.row import Sample
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.exceptions import UNSCORED_ERRORS, JudgeError
+from patronus_tasks.trace.spans import SpanData
 
 STATUS_OK, STATUS_SKIPPED, STATUS_ERROR = "ok", "skipped", "error"
 
@@ -186,6 +187,22 @@ class Paid(NamedTuple):
 
     cost_usd: float | None = None
     cached: bool = False
+    #: What its own model spans used, when its result says no usage (a task that failed
+    #: after model calls: an agent out of budget; a user's ``span(kind="llm", ...)``).
+    spent: Usage | None = None
+
+
+def spent_by(spans: list[SpanData] | None) -> Usage | None:
+    """The usage of a call's model (``llm``) spans, summed: their models joined with
+    ``+``, their cost the sum of theirs (unknown if one's is). None without one."""
+    calls = [s for s in spans or () if s.kind == "llm" and s.input_tokens is not None]
+    if not calls:
+        return None
+    costs = [s.cost for s in calls]
+    return Usage(model="+".join(sorted({s.model for s in calls if s.model})) or None,
+                 input_tokens=sum(s.input_tokens or 0 for s in calls),
+                 output_tokens=sum(s.output_tokens or 0 for s in calls),
+                 cost_usd=None if any(c is None for c in costs) else sum(c or 0.0 for c in costs))
 
 
 def usage_fields(stage: str, usage: Usage | None, paid: Paid | None) -> dict[str, Any]:
@@ -194,6 +211,7 @@ def usage_fields(stage: str, usage: Usage | None, paid: Paid | None) -> dict[str
     if paid is None:
         return {}
     fields: dict[str, Any] = {f"{stage}_cached": paid.cached, f"{stage}_cost_usd": paid.cost_usd}
+    usage = usage if usage is not None else paid.spent
     if usage is not None:
         fields.update({f"{stage}_model": usage.model, f"{stage}_input_tokens": usage.input_tokens,
                        f"{stage}_output_tokens": usage.output_tokens})

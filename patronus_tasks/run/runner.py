@@ -43,6 +43,7 @@ from patronus_tasks.record.records import (
     error_fields,
     evaluation_fields,
     row_values,
+    spent_by,
     task_fields,
 )
 from patronus_tasks.record.resume import TASK, Replay, Replayed
@@ -82,6 +83,7 @@ class Invocation:
         "run_name",
         "sid",
         "spans",
+        "spent",
         "started",
         "step",
         "value",
@@ -98,6 +100,7 @@ class Invocation:
         self.duration = 0.0
         self.cached = False  # answered from the cache: no call is made
         self.cost: float | None = None  # what the call cost in USD, when known
+        self.spent: Usage | None = None  # its model spans' usage when its result has none
         self.handle: str | None = None  # the orchestrator's id of the call, for downstream links
         self.collector: Collector | None = None  # made at the first attempt
         self.spans: list[SpanData] | None = None  # what the call's spans recorded, once it ended
@@ -105,7 +108,7 @@ class Invocation:
 
     def paid(self) -> Paid | None:
         """What the call cost and whether the cache answered it; None when none was made."""
-        return Paid(self.cost, self.cached) if self.attempts or self.cached else None
+        return Paid(self.cost, self.cached, self.spent) if self.attempts or self.cached else None
 
     async def attempt(self) -> None:
         """Call the step once; store the converted result, or the error and re-raise it."""
@@ -327,9 +330,11 @@ class RowRunner:
             self.cached += inv.cached
             await self.runner.run(inv, upstream)
         usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
-        inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
         if inv.spans and not inv.cached:
             self._price(inv.spans)
+            if usage is None:  # its model calls were paid, whether it answered or not
+                usage = inv.spent = spent_by(inv.spans)
+        inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
         if cache is not None and key is not None and not inv.cached and inv.error is None:
             await cache.put(step, key, inv.value, inv.spans)
 
