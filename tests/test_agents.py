@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from patronus_tasks import run_experiment
+from patronus_tasks import ConfigError, run_experiment
 from patronus_tasks.agents import AgentTask, Tool, as_messages
 from patronus_tasks.agents.local import answer
 from patronus_tasks.evaluators import (
@@ -274,3 +274,24 @@ def test_two_span_matches_in_one_experiment_each_named(results_dir: Path) -> Non
     df = exp.to_dataframe().set_index("evaluator_name")
     assert df.loc["searched", "pass"] and df.loc["no_model", "pass"]
     assert df.loc["no_model", "explanation"] == "0 span(s) with kind='llm'; wanted none"
+
+
+def test_agent_limits_otel_error_type_and_a_reference_trajectory() -> None:
+    from patronus_tasks.agents import AgentTask, local_endpoint
+    from patronus_tasks.evaluators.agentic import _trajectory_text
+    from patronus_tasks.record.otel import span_attributes
+    from patronus_tasks.trace.spans import SpanData
+    from patronus_tasks.trace.tree import ToolCall
+
+    def weather(city: str) -> str:
+        """The weather."""
+        return "sunny"
+
+    for bad in (0, -1, True):
+        with pytest.raises(ConfigError, match="max_steps must be a whole number >= 1"):
+            AgentTask([weather], model="m", endpoint=local_endpoint(lambda m, t: "x"), max_steps=bad)
+    failed = SpanData("s1", None, "weather", "tool", 0.0, 1.0,
+                      error="ToolError: no tool named 'delete_database'")
+    assert span_attributes(failed)["error.type"] == "ToolError"  # the conventions': the type
+    calls = [ToolCall("lookup", {"id": 1}, output=None)]
+    assert _trajectory_text(calls, outputs=False) == '1. lookup({"id": 1})'  # no "-> null"

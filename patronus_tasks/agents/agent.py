@@ -19,7 +19,7 @@ from typing import Any
 from patronus_tasks.agents.tools import Tool, ToolError, tools_of
 from patronus_tasks.define.step_results import TaskResult, Usage
 from patronus_tasks.define.steps import Task
-from patronus_tasks.exceptions import PatronusTasksError
+from patronus_tasks.exceptions import ConfigError, PatronusTasksError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.openai import as_messages, chat_request, default_model, openai_endpoint
 from patronus_tasks.trace.spans import span
@@ -107,6 +107,11 @@ class AgentTask(Task):
                  timeout_seconds: float | None = None, cache: bool | None = None,
                  **params: Any) -> None:
         super().__init__(name, timeout_seconds=timeout_seconds, cache=cache)
+        for limit, value in (("max_steps", max_steps), ("max_tokens", max_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"AgentTask: {limit} must be a whole number >= 1 or None "
+                                  f"(no limit), not {value!r}.")
         self.tools = tools_of(tools)
         self.model, self.system, self.provider = model or default_model(), system, provider
         self.endpoint = endpoint or openai_endpoint()

@@ -283,9 +283,12 @@ DEFAULT_TRAJECTORY_CRITERIA = ("The agent took sensible steps toward the user's 
                                "did not loop, and its final answer follows from what it found.")
 
 
-def _trajectory_text(calls: Sequence[ToolCall]) -> str:
-    lines = [f"{i}. {c.name}({json.dumps(c.arguments, default=str)}) -> "
-             + (f"ERROR {c.error}" if c.error else json.dumps(c.output, default=str)[:500])
+def _trajectory_text(calls: Sequence[ToolCall], outputs: bool = True) -> str:
+    """The calls, one a line; with ``outputs``, what each returned (a reference's expected
+    calls have none: "-> null" told the judge every tool returned null)."""
+    lines = [f"{i}. {c.name}({json.dumps(c.arguments, default=str)})"
+             + ((" -> " + (f"ERROR {c.error}" if c.error else json.dumps(c.output, default=str)[:500]))
+                if outputs else "")
              for i, c in enumerate(calls, 1)]
     return "\n".join(lines) or "(no tool calls)"
 
@@ -300,7 +303,7 @@ class TrajectoryJudge(Judge):
         column = self.reference_column
         reference = "(none given)"
         if column is not None and row is not None and clean(row.get(column)) is not None:
-            reference = _trajectory_text(expected_calls(column, row, self.factory))
+            reference = _trajectory_text(expected_calls(column, row, self.factory), outputs=False)
         return await self.judge({"input": evaluated_model_input, "output": evaluated_model_output,
                                  "trajectory": _trajectory_text(trajectory(trace, task_result)),
                                  "reference": reference})

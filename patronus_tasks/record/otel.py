@@ -115,7 +115,10 @@ def span_attributes(s: SpanData) -> dict[str, Any]:
     for key, value in (("gen_ai.usage.input_tokens", s.input_tokens),
                        ("gen_ai.usage.output_tokens", s.output_tokens),
                        ("patronus_tasks.cost_usd", s.cost), ("input.value", s.arguments),
-                       ("output.value", s.output), ("error.type", s.error)):
+                       ("output.value", s.output),
+                       # the conventions' low-cardinality type ("ToolError"); the message
+                       # is the span's status description
+                       ("error.type", s.error.split(":", 1)[0] if s.error else None)):
         found.setdefault(key, value)
     found.update((k, _plain(v)) for k, v in s.attributes.items())
     return {k: v for k, v in found.items() if v is not None}
