@@ -259,3 +259,15 @@ def test_a_niced_process_is_niced_in_its_own_session_too(tmp_path: Path) -> None
     finally:
         if proc.pid:
             os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_status_and_down_say_where_they_looked(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    status_ = CliRunner().invoke(app, ["server", "status", "--home", str(tmp_path / "h")])
+    assert status_.exit_code == 1
+    assert f"no stack recorded in {tmp_path / 'h'} (--home: where `server up` ran)" in status_.stdout
+    down_ = CliRunner().invoke(app, ["server", "down", "--home", str(tmp_path / "h")])
+    assert down_.exit_code == 0 and f"nothing to stop: no stack recorded in {tmp_path / 'h'}" in down_.stdout

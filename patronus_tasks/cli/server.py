@@ -77,7 +77,8 @@ def server_down(home: Home = Path(".prefect")) -> None:
 
     stack = _stack.down(home, on_stopped=_print_stopped)
     if stack is None:
-        typer.echo("nothing to stop")
+        typer.echo(f"nothing to stop: no stack recorded in {home.resolve()} (--home: where "
+                   "`server up` ran)")
 
 
 def _print_stopped(stopped: Stopped) -> None:
@@ -98,7 +99,7 @@ def server_status(home: Home = Path(".prefect"), as_json: Annotated[bool, typer.
 
     found = _stack.status(home)
     if found is None:
-        typer.echo("no stack recorded")
+        typer.echo(f"no stack recorded in {home.resolve()} (--home: where `server up` ran)")
         raise typer.Exit(1)
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(row) for row in found], indent=2))
