@@ -232,6 +232,16 @@ def test_the_html_report_shows_a_rows_spans_as_a_tree(results_dir: Path) -> None
         text = b.js("document.querySelector('#detail .spans').innerText")
     assert tree == [["plan", 6], ["search", 22], ["fetch_doc", 22], ["fetch_doc", 22]]
     assert "agent" in text and " ms" in text
+    # what each call was given and gave back: a trajectory reads as its calls
+    assert '{"doc":"alpha-0"} → "ALPHA-0"' in text
+    # A run with a task and no evaluator (no evaluator column): its rows open too.
+    bare = run_experiment("spans", data=ROWS, task=agent, backend="local", results_dir=results_dir,
+                          experiment_name="no-evaluators", print_summary=False)
+    with Browser() as b:
+        b.open((bare.path / "report.html").as_uri() + "#row=0")
+        b.wait_for("document.body.dataset.ready && document.querySelector('#detail.shown .spans') && true")
+        count = b.js("document.getElementById('count').textContent")
+    assert count.endswith("records"), count  # was: "could not read the records: TypeError..."
 
 
 def test_retries_odd_attributes_and_mistyped_fields_never_cost_the_row(results_dir: Path) -> None:
