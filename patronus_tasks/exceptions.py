@@ -65,6 +65,14 @@ class JudgeError(RemoteAPIError):
         super().__init__(message, status=status, attempts=attempts)
         self.raw, self.reason = raw, reason
 
+    @classmethod
+    def no_answer(cls, exc: RemoteAPIError, judge: str) -> JudgeError:
+        """A judge's endpoint that failed after its retries: no verdict, not a fail."""
+        if isinstance(exc, JudgeError):
+            return exc
+        return cls(f"judge {judge!r} did not answer: {exc}", raw=None, reason="no_answer",
+                   status=exc.status, attempts=exc.attempts)
+
 
 class UnparseableResponseError(JudgeError):
     """A model's answer could not be parsed into a verdict; ``raw`` keeps the text."""

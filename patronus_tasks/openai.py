@@ -179,12 +179,7 @@ def _judge_prompt(criteria: str, fields: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def no_answer(exc: RemoteAPIError, model: str) -> JudgeError:
-    """A judge's endpoint that failed after its retries: no verdict (unscored), not a fail."""
-    if isinstance(exc, JudgeError):
-        return exc
-    return JudgeError(f"judge {model!r} did not answer: {exc}", raw=None, reason="no_answer",
-                      status=exc.status, attempts=exc.attempts)
+no_answer = JudgeError.no_answer  # a judge's endpoint failed: no verdict (unscored)
 
 
 def message_text(answer: Any, model: str) -> str:

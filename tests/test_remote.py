@@ -135,7 +135,9 @@ def test_retries_and_faults(patronus: tuple[FakeServer, PatronusAPI], results_di
         assert df["status"][0] == "ok" and df["pass"][0]
         assert f'"http_attempts": {requests}' in df["evaluation_metadata"][0]
     else:
-        assert df["error_type"][0] == "RemoteAPIError" and error in df["error_message"][0]
+        # A Patronus judge that gives no verdict is unscored, as every judge.
+        assert df["error_type"][0] == "JudgeError" and error in df["error_message"][0]
+        assert "judge 'is-on-point' did not answer" in df["error_message"][0]
     retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
     assert len(retries) == (requests - 1 if "not retried" not in (error or "") else 0)
     if faults == ["429"]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult, Usage
 from patronus_tasks.define.steps import Evaluator
-from patronus_tasks.exceptions import ConfigError, RemoteAPIError
+from patronus_tasks.exceptions import ConfigError, JudgeError, RemoteAPIError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.trace.spans import span
 
@@ -32,6 +32,8 @@ def context_list(value: Any) -> list[str] | None:
 
 class RemoteEvaluator(Evaluator):
     """A Patronus evaluator (``custom-large``, ``judge``, ``lynx``...) with a criteria."""
+
+    is_judge = True  # a timeout is no verdict
 
     def __init__(self, evaluator_id_or_alias: str, criteria: str | None = None, *,
                  criteria_config: dict[str, Any] | None = None, allow_update: bool = False,
@@ -105,8 +107,11 @@ class RemoteEvaluator(Evaluator):
             evaluated_model_input=evaluated_model_input,
             evaluated_model_output=evaluated_model_output,
             evaluated_model_gold_answer=evaluated_model_gold_answer)
-        body, attempts = await post_evaluate(self.endpoint, payload)
-        return parse_evaluation(body, attempts, {"criteria_revision": self.criteria_revision})
+        try:  # a Patronus judge that gives no verdict is unscored, as every judge
+            body, attempts = await post_evaluate(self.endpoint, payload)
+            return parse_evaluation(body, attempts, {"criteria_revision": self.criteria_revision})
+        except RemoteAPIError as exc:
+            raise JudgeError.no_answer(exc, self.name) from None
 
     def cache_identity(self) -> dict[str, Any]:
         """The evaluator, its criteria and config: a new criteria revision (its config
