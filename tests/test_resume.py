@@ -90,6 +90,13 @@ def test_sigkill_then_resume_asks_nothing_twice(model: tuple[FakeServer, Countin
     before = load_experiment(out_dir).to_dataframe()
     done_before = set(before["evaluated_model_input"])
     assert {f"q{i}" for i in range(10)} <= done_before
+    # Its manifest says running (it never wrote its end); `list` sees its process gone.
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    listed = CliRunner().invoke(app, ["list", "--results-dir", str(tmp_path)]).stdout
+    assert "long-run" in listed and "stopped (its process is gone: killed?)" in listed, listed
     counting.stall.clear()
     resumed = _run(server.url, tmp_path, "resume")
     assert resumed.wait(120) == 0, resumed.stderr.read().decode()[-2000:] if resumed.stderr else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,12 +13,27 @@ import typer
 from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, say, usage
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import redact, scrub
+from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.store import list_experiments
 from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
 from patronus_tasks.settings import default_results_dir
+
+
+def _status(m: Manifest) -> str:
+    """``running`` said only of a run whose process is still there (on this host): a killed
+    one (SIGKILL, a crash) never wrote its end."""
+    if m.status != "running" or not m.pid or m.host != socket.gethostname():
+        return m.status
+    try:
+        os.kill(m.pid, 0)
+    except ProcessLookupError:
+        return "stopped (its process is gone: killed?)"
+    except PermissionError:
+        pass  # another user's: there
+    return m.status
 
 
 def _figures(e: Experiment) -> str:
@@ -50,7 +67,7 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {m.status}  {_figures(e)}")
+        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {_status(m)}  {_figures(e)}")
 
 
 def _failure_lines(e: Experiment) -> list[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import os
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
@@ -58,7 +60,8 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: RunStatus, started
         ended_at=ended,
         rows=tally.rows, records=tally.records, task_errors=tally.task_errors,
         evaluator_errors=tally.evaluator_errors, errored_rows=tally.errored_rows,
-        repeats=spec.repeats, worker_pids=tally.pids or None,
+        repeats=spec.repeats, worker_pids=tally.pids or None, pid=os.getpid(),
+        host=socket.gethostname(),
         dataset=DatasetInfo(source=spec.dataset.source, rows=len(spec.dataset),
                             sha256=spec.dataset.content_hash()),
         links=[LinkInfo(task=lk.task.name if lk.task else None,

@@ -140,6 +140,10 @@ class Manifest(_Model):
     usage: list[UsageTotal] | None = None  # per step and model
     metrics: list[MetricValue] | None = None  # dataset-level metrics (``metrics=``)
     worker_pids: list[int] | None = None
+    #: The process running the experiment, and its host: a run left ``running`` whose
+    #: process is gone (killed) is told apart from one still going (`list`).
+    pid: int | None = None
+    host: str | None = None
     dataset: DatasetInfo = DatasetInfo()
     links: list[LinkInfo] = []
     package_version: str | None = None
