@@ -177,6 +177,8 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
     @task
     def tooled(evaluated_model_input: str) -> str:
         with span("plan", kind="agent"):
+            with span("chat", kind="llm", model="gpt-4o-mini", input_tokens=1000, output_tokens=500):
+                pass
             try:
                 return lookup(evaluated_model_input)
             except KeyError:
@@ -186,7 +188,10 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
                         results_dir=results_dir, print_summary=False, html_report=False)
     assert ex.wait_recorded(RECORDED_WITHIN)
     runs = {r.name: r for r in asyncio.run(_task_runs(ex.manifest.flow_run_id))}
-    assert set(runs) == {"tooled-a", "tooled-b", "plan-a", "plan-b", "lookup-a", "lookup-b"}
+    assert set(runs) == {"tooled-a", "tooled-b", "plan-a", "plan-b", "lookup-a", "lookup-b",
+                         "chat-a", "chat-b"}
+    # a model call's task run says its cost (priced as its call ended, before it was sent)
+    assert runs["chat-a"].state.message == "gpt-4o-mini · 1000 in / 500 out tokens · $0.000450"
     for sid in "ab":
         parents = {n: [i.id for i in runs[n].task_inputs["__parents__"]]
                    for n in (f"plan-{sid}", f"lookup-{sid}")}
@@ -211,7 +216,7 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
     assert calls_only.wait_recorded(RECORDED_WITHIN)
     names = {r.name for r in asyncio.run(_task_runs(calls_only.manifest.flow_run_id))}
     assert names == {"tooled-a", "tooled-b"}
-    assert len(calls_only.spans()) == 4  # still in the results
+    assert len(calls_only.spans()) == 6  # still in the results
 
 
 def test_the_html_report_shows_a_rows_spans_as_a_tree(results_dir: Path) -> None:

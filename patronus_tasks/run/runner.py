@@ -79,6 +79,7 @@ class Invocation:
         "handle",
         "kwargs",
         "pool",
+        "prices",
         "raised",
         "run_name",
         "sid",
@@ -101,6 +102,7 @@ class Invocation:
         self.cached = False  # answered from the cache: no call is made
         self.cost: float | None = None  # what the call cost in USD, when known
         self.spent: Usage | None = None  # its model spans' usage when its result has none
+        self.prices: PriceTable | None = None  # what its cost is reckoned at, once it ended
         self.handle: str | None = None  # the orchestrator's id of the call, for downstream links
         self.collector: Collector | None = None  # made at the first attempt
         self.spans: list[SpanData] | None = None  # what the call's spans recorded, once it ended
@@ -170,6 +172,18 @@ class Invocation:
             spans = [*(self.spans or ()), *(self.collector.harvest() or ())]
             self.spans = spans or None
             self.collector = None
+        if self.prices is not None and not self.cached:
+            self._settle(self.prices)
+
+    def _settle(self, prices: PriceTable) -> None:
+        """What the call cost, its spans' model calls priced: here, as it ends, so that
+        what records it (its Prefect task run's message, its spans') says the cost."""
+        usage = getattr(self.value, "usage", None)
+        if self.spans:
+            _price(self.spans, prices)
+            if usage is None:  # its model calls were paid, whether it answered or not
+                usage = self.spent = spent_by(self.spans)
+        self.cost = None if usage is None else prices.cost(usage)
 
     def trace(self) -> Trace:
         """What evaluators read of the call: its last attempt's spans, its wall time (a
@@ -180,6 +194,17 @@ class Invocation:
         if duration is None and spans and ends:
             duration = max(ends) - min(s.start for s in spans)
         return Trace(spans, duration, None if self.cached else self.cost)
+
+
+def _price(spans: list[SpanData], prices: PriceTable) -> None:
+    """Model calls' costs, from their tokens at the experiment's prices (``prices=``)."""
+    for s in spans:
+        if s.cost is None and s.model and s.input_tokens is not None:
+            try:
+                s.cost = prices.cost(Usage(model=s.model, input_tokens=s.input_tokens,
+                                           output_tokens=s.output_tokens or 0))
+            except ValueError:  # tokens a user's span gave that no price reads: unknown
+                s.cost = None
 
 
 class _Carried(Exception):
@@ -310,6 +335,7 @@ class RowRunner:
             kwargs["row"] = row.row
         inv = Invocation(step, kwargs, call_name(step.name, row.sid, idx, unit.repeat),
                          self.pool, row.sid)
+        inv.prices = self.prices
         done = replayed.get((idx, TASK if isinstance(step, Task) else step.name))
         if done is not None:  # completed in an earlier run: never asked again
             inv.value, inv.attempts, inv.duration = done.value, done.attempts, done.duration or 0.0
@@ -329,24 +355,10 @@ class RowRunner:
             self.calls += 1
             self.cached += inv.cached
             await self.runner.run(inv, upstream)
-        usage = getattr(inv.value, "usage", None)  # a cached call costs nothing
-        if inv.spans and not inv.cached:
-            self._price(inv.spans)
-            if usage is None:  # its model calls were paid, whether it answered or not
-                usage = inv.spent = spent_by(inv.spans)
-        inv.cost = 0.0 if inv.cached else None if usage is None else self.prices.cost(usage)
+        if inv.cached:  # the cache answered: nothing paid (a call made is priced as it ends)
+            inv.cost = 0.0
         if cache is not None and key is not None and not inv.cached and inv.error is None:
             await cache.put(step, key, inv.value, inv.spans)
-
-    def _price(self, spans: list[SpanData]) -> None:
-        """Model calls' costs, from their tokens at the experiment's prices (``prices=``)."""
-        for s in spans:
-            if s.cost is None and s.model and s.input_tokens is not None:
-                try:
-                    s.cost = self.prices.cost(Usage(model=s.model, input_tokens=s.input_tokens,
-                                                    output_tokens=s.output_tokens or 0))
-                except ValueError:  # tokens a user's span gave that no price reads: unknown
-                    s.cost = None
 
     async def _lookup(self, cache: CallCache, inv: Invocation, repeat: int | None) -> str | None:
         """The call's cache key, its answer put on ``inv`` when stored (then ``cached``)."""
