@@ -17,7 +17,7 @@ from patronus_tasks.prefect.events import Call, State, namespace_of, now, task_r
 from patronus_tasks.prefect.recorder.backlog import held_task_runs
 from patronus_tasks.prefect.ui.display import recorded_state
 from patronus_tasks.record.records import Record
-from patronus_tasks.run.runner import call_name
+from patronus_tasks.run.invocation import call_name
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.recorder.taskruns import TaskRunRecorder

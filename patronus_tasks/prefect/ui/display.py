@@ -9,7 +9,7 @@ from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.step_results import EvaluationResult, TaskResult
 from patronus_tasks.prefect.events import NOT_PASSED_TAG, State
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_SKIPPED, Record
-from patronus_tasks.run.runner import Invocation
+from patronus_tasks.run.invocation import Invocation
 from patronus_tasks.trace.spans import SpanData
 
 #: Characters of one input value or explanation shown; the Parquet keeps them whole.

@@ -16,7 +16,7 @@ from urllib.parse import urlencode, urlparse
 
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.runner import call_name
+from patronus_tasks.run.invocation import call_name
 
 
 def ui_prefix() -> str:
