@@ -393,3 +393,18 @@ def test_an_evaluator_that_errored_on_every_row_passed_none_of_them(results_dir:
                          results_dir=results_dir, print_summary=False)
     rates = {s.evaluator: s.pass_rate for s in exp.summary().evaluators}
     assert rates == {"broken": 0.0, "length": None}  # a score-only evaluator has no pass rate
+
+
+def test_a_text_only_evaluator_shows_what_it_said(results_dir: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A "PASS" returned as text is no verdict (the SDK's rule): the summary says the texts,
+    so the mistake shows, instead of a block of dashes."""
+    @evaluator
+    def label(evaluated_model_output: str) -> str:
+        return "PASS" if evaluated_model_output.endswith("!") else "FAIL"
+
+    exp = run_experiment("proj", data=DATA, evaluators=[label], backend="local",
+                         results_dir=results_dir, display_hist=False)
+    assert "Texts     : 'PASS' 2, 'FAIL' 1" in capsys.readouterr().out
+    stats = exp.summary().evaluators[0]
+    assert (stats.pass_rate, stats.texts, stats.text_kinds) == (None, [("PASS", 2), ("FAIL", 1)], 2)

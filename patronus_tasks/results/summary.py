@@ -54,6 +54,10 @@ class EvaluatorStats:
     histogram: list[tuple[float, float, int]] = field(default_factory=list)
     repeats: RepeatStats | None = None  # with ``repeats=N``: over each row's runs
     unscored: int = 0  # errors with no verdict (a judge that failed to give one)
+    #: An evaluator giving text only (no verdict, no score): its most frequent texts and
+    #: their counts, and how many different texts in all (a "PASS" returned as text, say).
+    texts: list[tuple[str, int]] = field(default_factory=list)
+    text_kinds: int = 0
 
     @property
     def judged(self) -> int:
@@ -76,6 +80,8 @@ class ErrorKind:
                 f"  (first: sid {self.first_sid})")
 
 
+#: Texts a text-only evaluator's summary shows, most frequent first.
+SHOWN_TEXTS = 5
 #: Error kinds a summary shows, most frequent first; the rest are counted.
 SHOWN_ERROR_KINDS = 5
 _MESSAGE_CHARS = 160
@@ -220,12 +226,22 @@ def _evaluator_stats(link: int, name: str, group: pd.DataFrame) -> EvaluatorStat
         histogram=_histogram(scores) if len(scores) else [],
         repeats=repeat_stats(group[~unscored]) if len(verdicts) or errors else None,
         unscored=int(unscored.sum()),
+        **(_texts(ok) if not len(verdicts) and not len(scores) else {}),
     )
+
+
+def _texts(ok: pd.DataFrame) -> dict[str, Any]:
+    if "text_output" not in ok.columns:
+        return {}
+    counts = ok["text_output"].dropna().astype(str).value_counts()
+    return {"texts": [(str(t), int(n)) for t, n in counts.head(SHOWN_TEXTS).items()],
+            "text_kinds": len(counts)}
 
 
 #: The record columns `summarize` reads.
 SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name", "status",
-                   "error_stage", "error_type", "error_message", "pass", "score", "weight", *USAGE_COLUMNS)
+                   "error_stage", "error_type", "error_message", "pass", "text_output", "score",
+                   "weight", *USAGE_COLUMNS)
 
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
@@ -277,6 +293,11 @@ def _error_kinds(task_errors: pd.DataFrame, evaluator_errors: pd.DataFrame) -> d
             "error_kind_count": len(kinds)}
 
 
+def cut_text(text: str, chars: int = 40) -> str:
+    one = " ".join(text.split())
+    return repr(one if len(one) <= chars else one[:chars - 3] + "...")
+
+
 def _first_line(message: Any) -> str:
     text = str(message).strip().split("\n", 1)[0] if isinstance(message, str) else "(no message)"
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS - 3] + "..."
@@ -302,6 +323,10 @@ def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
     unscored = f" ({s.unscored} unscored: no verdict, out of the pass rate)" if s.unscored else ""
     lines.append(f"Errors    : {s.errors}{unscored}   Skipped: {s.skipped}")
+    if s.texts:  # no verdict, no score: what it said (a "PASS" returned as text is no pass)
+        more = s.text_kinds - len(s.texts)
+        lines.append("Texts     : " + ", ".join(f"{cut_text(t)} {n}" for t, n in s.texts)
+                     + (f" (and {more} more)" if more > 0 else ""))
     lines.extend(_format_repeats(s.repeats))
     if s.histogram and histograms:
         top = max(c for _, _, c in s.histogram) or 1
