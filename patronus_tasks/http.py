@@ -212,7 +212,8 @@ _STATUS_HINTS = {
     403: " (check the API key it was given)",
     404: " (check the base URL and the path)",
 }
-_SECRET_NAME = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
+#: Query keys whose values are credentials (shown as ***; `record.location` scrubs them).
+SECRET_NAME = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
@@ -227,7 +228,7 @@ def redact_url(url: str) -> str:
         netloc = f"***@{host}"
     else:
         netloc = parts.netloc  # an abfs container@account names no secret
-    query = "&".join(f"{k}={'***' if _SECRET_NAME.search(k) else quote(v, safe=':/,')}"
+    query = "&".join(f"{k}={'***' if SECRET_NAME.search(k) else quote(v, safe=':/,')}"
                      for k, v in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 

@@ -179,9 +179,6 @@ def _judge_prompt(criteria: str, fields: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-no_answer = JudgeError.no_answer  # a judge's endpoint failed: no verdict (unscored)
-
-
 def message_text(answer: Any, model: str) -> str:
     """The text of a chat completion's first choice; an answer without one is a
     `JudgeError` (``choices: []`` was an ``IndexError``, counted as a fail)."""
@@ -248,7 +245,7 @@ class LLMJudge(Evaluator):
             body, attempts = await chat_request(
                 self.endpoint, {"model": self.model, "messages": messages, **self.params})
         except RemoteAPIError as exc:
-            raise no_answer(exc, self.model) from None
+            raise JudgeError.no_answer(exc, self.model) from None
         result = parse_verdict(message_text(body, self.model), self.threshold)
         return result.model_copy(update={"metadata": {"model": self.model, "http_attempts": attempts},
                                           "usage": Usage.of(body.get("usage"), self.model)})

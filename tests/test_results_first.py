@@ -152,3 +152,20 @@ def test_killed_mid_run_its_flow_run_ends_crashed(tmp_path: Path, gate: Gate) ->
                            and found, "the flow run's end")
     assert state == "CRASHED" and "process ended before its rows were done" in message
     assert 0 < _count(flow_run_id) < CALLS  # the rows done before: ~4 a second
+
+
+def test_a_wait_line_is_said_again_only_when_it_changed(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same "Waiting for ..." every 5 s looked like a hang: said when it changes, else
+    every 20 s, with the time waited."""
+    from patronus_tasks.run import background
+
+    clock = [100.0]
+    monkeypatch.setattr(background.time, "monotonic", lambda: clock[0])
+    line = background.WaitLine("Waiting for {what} ({seconds:.0f} s so far)")
+    for at, what in ((100, "9 of 9"), (105, "9 of 9"), (110, "4 of 9"), (125, "4 of 9"), (131, "4 of 9")):
+        clock[0] = at
+        line.say(what)
+    said = [s.removeprefix("patronus-tasks: ") for s in capsys.readouterr().err.splitlines()]
+    assert said == ["Waiting for 9 of 9 (0 s so far)", "Waiting for 4 of 9 (10 s so far)",
+                    "Waiting for 4 of 9 (31 s so far)"]

@@ -19,7 +19,7 @@ from patronus_tasks.define.step_results import Usage
 from patronus_tasks.evaluators.forms import Form, Reading, value_weights
 from patronus_tasks.exceptions import JudgeError, RemoteAPIError
 from patronus_tasks.http import Endpoint
-from patronus_tasks.openai import chat_request, no_answer
+from patronus_tasks.openai import chat_request
 
 _RAW_KEPT = 2000
 _REFUSING = re.compile(r"\b(?:I(?:'m| am) sorry|I can(?:no|')t|I cannot|I'm unable|I am unable|"
@@ -95,7 +95,7 @@ async def ask(j: Judgement, messages: list[dict[str, str]], form: Form, caps: Ca
         except RemoteAPIError as exc:
             if _refused_option(exc, body, j, caps):
                 continue
-            raise no_answer(exc, j.model) from None
+            raise JudgeError.no_answer(exc, j.model) from None
     return read_answer(answer, j.model, form, attempts)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import re
 import shutil
 import tempfile
 import uuid
@@ -36,14 +35,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.http import redact_url
+from patronus_tasks.http import SECRET_NAME, redact_url
 
 #: How often a remote file is read again when it changed while read (`Location.read_bytes`).
 _REREADS = 5
 
 #: Query parameters whose values are never shown (``secret_key``, ``session_token``,
 #: ``access_key``, an Azure ``sas_token``/``account_key``, a signed URL's ``sig``, ...).
-_SECRET = re.compile(r"secret|key|token|password|passwd|credential|sig|sas", re.IGNORECASE)
 #: ``url`` safe to show (`http.redact_url`: one rule for every URL this package names).
 redact = redact_url
 
@@ -57,7 +55,7 @@ def _without_password(url: str) -> str:
 
 def _secrets(url: str) -> list[str]:
     parts = urlsplit(url)
-    found = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET.search(k) and v]
+    found = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if SECRET_NAME.search(k) and v]
     return found + ([parts.password] if parts.password else [])
 
 

@@ -100,9 +100,9 @@ def drain(timeout: float | None = None) -> bool:
 
     Returns whether all of it finished; Ctrl-C (or ``timeout``) stops the wait.
     """
-    start = time.monotonic()
-    deadline = None if timeout is None else start + timeout
-    said, last = False, ("", start)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    said, line = False, WaitLine("Waiting for {what} ({seconds:.0f} s so far; Ctrl-C stops "
+                                 "waiting, the results are written already)")
     waited: list[Pending] = []
     try:
         while (left := unfinished()):
@@ -110,7 +110,7 @@ def drain(timeout: float | None = None) -> bool:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if said or not left[0].wait(1.0):
-                last = _progress(left, last, start)
+                line.say("; ".join(p.describe() for p in left))
                 said = True
                 left[0].wait(_PROGRESS_SECONDS)
     except KeyboardInterrupt:
@@ -121,15 +121,20 @@ def drain(timeout: float | None = None) -> bool:
     return True
 
 
-def _progress(left: list[Pending], last: tuple[str, float], start: float) -> tuple[str, float]:
-    """Say what is left when it changed, or `_REPEAT_SECONDS` after it was last said (the
-    same line every 5 s looked like a hang), with the time waited so far."""
-    what, now = "; ".join(p.describe() for p in left), time.monotonic()
-    if what == last[0] and now - last[1] < _REPEAT_SECONDS:
-        return last
-    say(f"Waiting for {what} ({now - start:.0f} s so far; Ctrl-C stops waiting, the results "
-         "are written already)")
-    return what, now
+class WaitLine:
+    """What a wait is waiting for, said when it changed, else `_REPEAT_SECONDS` after it
+    was last said (the same line every 5 s looked like a hang), with the time so far:
+    ``template`` has ``{what}`` and ``{seconds}``."""
+
+    def __init__(self, template: str) -> None:
+        self.template, self.start = template, time.monotonic()
+        self.last, self.said_at = "", 0.0
+
+    def say(self, what: str) -> None:
+        now = time.monotonic()
+        if what != self.last or now - self.said_at >= _REPEAT_SECONDS:
+            say(self.template.format(what=what, seconds=now - self.start))
+            self.last, self.said_at = what, now
 
 
 def _outcome(waited: list[Pending]) -> str:

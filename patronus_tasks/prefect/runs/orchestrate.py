@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 
 from patronus_tasks.execute.run import run_kept
 from patronus_tasks.prefect import internal
@@ -22,7 +21,7 @@ from patronus_tasks.prefect.runs.opening import opening, parent_run
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.run.background import say
+from patronus_tasks.run.background import WaitLine
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
 
@@ -83,24 +82,15 @@ class RecorderKeeper:
             said = await asyncio.to_thread(recording.wait_verdict)
             failures = failures if said is None else said
         if self.parent is not None:
-            await recording.until_recorded(_Waiting())
+            line = WaitLine("the flow run waits for {what} ({seconds:.0f} s so far; the "
+                            "results are written already)")
+            await recording.until_recorded(lambda r: _waiting(r, line))
         return failures
 
 
-class _Waiting:
-    """Inside a flow run, the wait for its records said on the console too (the flow's
-    log alone left the command silent for a minute after its last row): when it changes,
-    else every `REPEAT_SECONDS`."""
-
-    REPEAT_SECONDS = 20.0
-
-    def __init__(self) -> None:
-        self.start, self.last, self.said_at = time.monotonic(), "", 0.0
-
-    def __call__(self, recording: Recording) -> None:
-        what, now = recording.describe(), time.monotonic()
-        logger.info("waiting for %s", what)
-        if what != self.last or now - self.said_at >= self.REPEAT_SECONDS:
-            say(f"the flow run waits for {what} ({now - self.start:.0f} s so far; the results "
-                "are written already)")
-            self.last, self.said_at = what, now
+def _waiting(recording: Recording, line: WaitLine) -> None:
+    """Inside a flow run, the wait for its records, in its log and on the console (the log
+    alone left the command silent for a minute after its last row)."""
+    what = recording.describe()
+    logger.info("waiting for %s", what)
+    line.say(what)
