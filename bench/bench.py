@@ -137,7 +137,7 @@ def _on_client_cpus() -> None:
     os.sched_setaffinity(0, CLIENT_CPUS)  # inherited by the recorder process it starts
 
 
-def split_cores() -> None:
+def split_cores(recorder_apart: bool = False) -> None:
     """The experiment's machine on the first CPU, the services on the others: as if the
     Prefect server, the model and the Patronus API ran on hosts of their own. Set before
     any service starts, so they and all their threads inherit it."""
@@ -147,7 +147,10 @@ def split_cores() -> None:
         raise SystemExit("--split-cores needs 2 CPUs or more")
     CLIENT_CPUS = {cpus[0]}
     os.sched_setaffinity(0, set(cpus[1:]))
-    print(f"split cores: the measured process and its recorder on CPU {cpus[0]}, "
+    if recorder_apart:  # read by workload.py, which pins its recorder process there
+        os.environ["BENCH_RECORDER_CPUS"] = ",".join(map(str, cpus[1:]))
+    what = "the measured process" + ("" if recorder_apart else " and its recorder")
+    print(f"split cores: {what} on CPU {cpus[0]}, "
           f"the services on {cpus[1:]}")
 
 
@@ -252,9 +255,12 @@ def main() -> None:
     parser.add_argument("--split-cores", action="store_true", help="the measured process "
                         "(and its recorder process) on one CPU, the services on the others: "
                         "servers and model on hosts of their own, on one machine")
+    parser.add_argument("--recorder-apart", action="store_true", help="with --split-cores: "
+                        "the recorder process on the services' CPUs, not the rows' (a "
+                        "machine with a core to spare for it)")
     args = parser.parse_args()
     if args.split_cores:
-        split_cores()
+        split_cores(args.recorder_apart)
     if args.rows:
         for scenario in SCENARIOS.values():
             scenario["rows"] = args.rows

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
 import resource
 import time
 from typing import Any
@@ -112,6 +113,27 @@ def _flow_run_of(exp: Any) -> str | None:
     return exp.manifest.flow_run_id
 
 
+def _pin_children(cpus: set[int]) -> None:
+    """`bench.py --recorder-apart`: move the recorder process (and every thread of it) to
+    ``cpus`` as soon as it shows, as if it had a core of its own beside the rows'."""
+    import threading
+
+    import psutil
+
+    def pin() -> None:
+        while True:
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    for thread in child.threads():
+                        if os.sched_getaffinity(thread.id) != cpus:
+                            os.sched_setaffinity(thread.id, cpus)
+                except (psutil.NoSuchProcess, ProcessLookupError):
+                    pass
+            time.sleep(0.2)
+
+    threading.Thread(target=pin, daemon=True).start()
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's children so far (the recorder process)."""
     import psutil
@@ -165,6 +187,8 @@ async def _rows_visible_at(flow_run_id: str, name: str) -> float | None:
 
 def main() -> None:
     args = _args()
+    if os.environ.get("BENCH_RECORDER_CPUS"):
+        _pin_children({int(c) for c in os.environ["BENCH_RECORDER_CPUS"].split(",")})
     cpu0, t0 = time.process_time(), time.time()
     flow_run_id = None
     if args.mode == "plain":

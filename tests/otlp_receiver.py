@@ -48,6 +48,7 @@ class Received:
                             "name": s.name, "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
                             "parent_id": s.parent_span_id.hex() or None, "attributes": _attrs(s.attributes),
                             "events": [(e.name, _attrs(e.attributes)) for e in s.events],
+                            "kind": s.kind,  # 1 INTERNAL, 3 CLIENT
                             "status": s.status.code, "status_message": s.status.message,
                             "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
                             "resource": resource})

@@ -259,6 +259,21 @@ def test_pii_finds_kinds_and_never_says_the_values() -> None:
                         "version 3.2.1, 1,234.50 USD, 999.1.1.1").pass_
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    ("écrire à josé.garcía@correo.españa.es", {"email": 1}),  # a domain in any script
+    ("напишите на иван@пример.рф", {"email": 1}),
+    ("联系 用户@例子.广告 谢谢", {"email": 1}),
+    ("mail ops@example.xn--p1ai today", {"email": 1}),  # a punycode top-level domain
+    ("user@localhost and a@b.c and first.last@example", {}),  # no dot or a 1-letter TLD
+    ("upgrade to v1.2.3.4 or version 10.0.0.1 (build 4.1.0.22), release 1.0.0.2", {}),
+    ("Firmware 2.0.0.1 on 10.0.0.1", {"ip_address": 1}),  # the second is an address
+])
+def test_pii_emails_in_any_script_and_versions_not_addresses(text: str, found: dict[str, int]) -> None:
+    result = judge(pii(kinds=["email", "ip_address"]), text)
+    assert (result.metadata or {}).get("found", {}) == found, text
+    assert result.pass_ is (not found)
+
+
 # SQL.
 
 SHOP = """CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, kind TEXT);

@@ -92,6 +92,9 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
         "invoke_agent agent": "task answer", "chat local-policy": "invoke_agent agent",
         "weather": "invoke_agent agent"}
     assert spans["chat local-policy"]["attributes"]["gen_ai.operation.name"] == "chat"
+    # the conventions' span kinds: a model call CLIENT, a tool and a local agent INTERNAL
+    assert (spans["chat local-policy"]["kind"], spans["openai.chat"]["kind"]) == (3, 3)
+    assert (spans["weather"]["kind"], spans["invoke_agent agent"]["kind"]) == (1, 1)
     assert spans["chat local-policy"]["attributes"]["gen_ai.request.model"] == "local-policy"
     assert spans["chat local-policy"]["attributes"]["gen_ai.usage.input_tokens"] > 0
     tool = spans["weather"]["attributes"]

@@ -16,8 +16,10 @@ from patronus_tasks.define.step_results import EvaluationResult
 from patronus_tasks.evaluators.base import Check, verdict
 from patronus_tasks.exceptions import ConfigError
 
-_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*"
-                    r"\.[A-Za-z]{2,24}\b")
+# Domains in any script (RFC 6531/IDNA: josé@correo.es, 用户@例子.广告) and punycode
+# top-level domains (xn--p1ai); \w is Unicode-aware in Python's re.
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+"
+                    r"(?:[^\W\d_]{2,24}|xn--[A-Za-z0-9-]{2,59})(?![\w-])")
 # International (+country code), a parenthesised area code, North American 3-3-4, or a
 # national number starting with 0 (020 7946 0958); a run of digit groups alone (an account
 # number, a price list) is not taken for one.
@@ -77,9 +79,16 @@ def _phones(text: str) -> list[Span]:
     return found
 
 
+#: What makes four dotted numbers a version, not an address: "v1.2.3.4", "version
+#: 10.0.0.1", "build 4.1.0.22" (a version that could be an address, said as a version).
+_VERSIONED = re.compile(r"(?:\b(?:version|ver\.?|build|release|firmware|v)\s*)$", re.IGNORECASE)
+
+
 def _ips(text: str) -> list[Span]:
     found = []
     for m in (*_IPV4.finditer(text), *_IPV6.finditer(text)):
+        if _VERSIONED.search(text, max(0, m.start() - 12), m.start()):
+            continue
         try:
             ipaddress.ip_address(m.group(0))
         except ValueError:

@@ -98,6 +98,14 @@ def _plain(value: Any) -> Any:
     return json.dumps(value, default=str)
 
 
+def _kind(s: SpanData) -> Any:
+    """The GenAI conventions' span kind: a model call goes to a model server (CLIENT);
+    tools and this package's agents run in the process (INTERNAL)."""
+    from opentelemetry.trace import SpanKind
+
+    return SpanKind.CLIENT if s.kind == "llm" else SpanKind.INTERNAL
+
+
 def span_attributes(s: SpanData) -> dict[str, Any]:
     """A span's OpenTelemetry attributes: the GenAI conventions for its kind, then its own."""
     found: dict[str, Any] = {"patronus_tasks.span.kind": s.kind}
@@ -248,7 +256,8 @@ class OtelExporter:
         for s in spans:  # in start order: a parent before its children
             parent = made.get(s.parent_id or "", step)
             otel = self._tracer.start_span(s.name, context=self._context(parent),
-                                           start_time=_ns(s.start), attributes=span_attributes(s))
+                                           kind=_kind(s), start_time=_ns(s.start),
+                                           attributes=span_attributes(s))
             if s.error is not None:
                 self._failed(otel, s.error)
             made[s.span_id] = otel
