@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from patronus_tasks import ConfigError, run_experiment
@@ -295,3 +296,27 @@ def test_agent_limits_otel_error_type_and_a_reference_trajectory() -> None:
     assert span_attributes(failed)["error.type"] == "ToolError"  # the conventions': the type
     calls = [ToolCall("lookup", {"id": 1}, output=None)]
     assert _trajectory_text(calls, outputs=False) == '1. lookup({"id": 1})'  # no "-> null"
+
+
+def test_on_budget_stop_hands_the_run_to_the_evaluators(results_dir: Path) -> None:
+    """As Inspect AI scores a sample that hit its limit: the loop is judged, not an error."""
+    from patronus_tasks.agents import local_endpoint
+
+    def weather(city: str) -> str:
+        """The weather."""
+        return "sunny"
+
+    looping = local_endpoint(lambda messages, tools: [("weather", {"city": "Oslo"})])
+    with pytest.raises(ConfigError, match='on_budget must be "error" or "stop"'):
+        AgentTask([weather], model="m", endpoint=looping, on_budget="return")  # type: ignore[arg-type]
+    agent = AgentTask([weather], model="m", endpoint=looping, max_steps=3, on_budget="stop")
+    ex = run_experiment("stopped", data=[{"evaluated_model_input": "weather?"}], task=agent,
+                        evaluators=[no_loops(), budget(max_steps=2)], backend="local",
+                        results_dir=results_dir, print_summary=False, html_report=False)
+    df = ex.to_dataframe().set_index("evaluator_name")
+    assert (df["status"] == "ok").all()
+    assert not df.loc["no_loops", "pass"] and not df.loc["budget", "pass"]
+    meta = json.loads(df["task_metadata"].iloc[0])
+    assert meta["stopped"] == "max_steps=3" and meta["steps"] == 3 and len(meta["trajectory"]) == 3
+    agent_span = ex.spans().query("kind == 'agent'").iloc[0]
+    assert pd.isna(agent_span["error"]) and json.loads(agent_span["attributes"])["stopped"] == "max_steps=3"

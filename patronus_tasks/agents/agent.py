@@ -3,8 +3,10 @@
 The loop: ask the model with the conversation and the tools' schemas; run each tool call it
 makes (its arguments checked against the tool's schema) and feed the results back; stop at
 an answer without tool calls, or at the step or token budget (then the row's task error,
-`BudgetExceeded`, its spans kept). Every model call is an ``llm`` span and every tool call a
-``tool`` span named after the tool, both under one ``agent`` span (``invoke_agent <name>``).
+`BudgetExceeded`, its spans kept; or, with ``on_budget="stop"``, what it has goes to the
+evaluators, as Inspect AI scores a sample that hit its limit). Every model call is an
+``llm`` span and every tool call a ``tool`` span named after the tool, both under one
+``agent`` span (``invoke_agent <name>``).
 A tool that raises, a tool that does not exist and malformed arguments are told to the
 model as the tool's result (``error: ...``), recorded as that tool span's error: never the
 row's crash.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from patronus_tasks.agents.tools import Tool, ToolError, tools_of
 from patronus_tasks.define.step_results import TaskResult, Usage
@@ -93,7 +95,10 @@ class AgentTask(Task):
 
     ``tools``: Python functions (their schemas from type hints and docstrings) or `Tool`s;
     ``max_steps``: model calls at most (default 10); ``max_tokens``: input and output tokens
-    at most over the conversation; ``endpoint``: any OpenAI-compatible endpoint (default
+    at most over the conversation; ``on_budget``: ``"error"`` (the row's `BudgetExceeded`)
+    or ``"stop"`` (the run ends there and the evaluators judge it: its output the last
+    message's text, ``metadata["stopped"]`` the limit it hit, so trajectory evaluators
+    see the loop); ``endpoint``: any OpenAI-compatible endpoint (default
     ``OPENAI_BASE_URL``), or `local_endpoint(policy)`; other keywords are the chat
     parameters. The row's input is a text or a conversation (a list of messages). The result's
     output is the final answer; its metadata holds the ``trajectory`` (each tool call's name,
@@ -104,6 +109,7 @@ class AgentTask(Task):
                  model: str | None = None, system: str | None = None, name: str = "agent",
                  endpoint: Endpoint | None = None, provider: str = "openai",
                  max_steps: int | None = 10, max_tokens: int | None = None,
+                 on_budget: Literal["error", "stop"] = "error",
                  timeout_seconds: float | None = None, cache: bool | None = None,
                  **params: Any) -> None:
         super().__init__(name, timeout_seconds=timeout_seconds, cache=cache)
@@ -112,6 +118,9 @@ class AgentTask(Task):
                                       or value < 1):
                 raise ConfigError(f"AgentTask: {limit} must be a whole number >= 1 or None "
                                   f"(no limit), not {value!r}.")
+        if on_budget not in ("error", "stop"):
+            raise ConfigError(f'AgentTask: on_budget must be "error" or "stop", not {on_budget!r}.')
+        self.on_budget = on_budget
         self.tools = tools_of(tools)
         self.model, self.system, self.provider = model or default_model(), system, provider
         self.endpoint = endpoint or openai_endpoint()
@@ -120,7 +129,8 @@ class AgentTask(Task):
     def cache_identity(self) -> dict[str, Any]:
         return {"model": self.model, "system": self.system, "params": self.params,
                 "tools": [t.schema() for t in self.tools.values()], "base_url": self.endpoint.base_url,
-                "max_steps": self.max_steps, "max_tokens": self.max_tokens}
+                "max_steps": self.max_steps, "max_tokens": self.max_tokens,
+                "on_budget": self.on_budget}
 
     async def execute(self, evaluated_model_input: Any,
                       evaluated_model_system_prompt: str | None = None) -> TaskResult:
@@ -129,26 +139,32 @@ class AgentTask(Task):
         # its task run sits right above this one).
         with span(f"invoke_agent {self.name}", kind="agent", model=self.model,
                   tools=list(self.tools)) as s:
-            answer = await self._loop(run)
+            answer, stopped = await self._loop(run)
             # Its tokens are its model calls' (their spans): not set here, or a sum over
             # spans.parquet would count them twice.
-            s.set(output=answer, steps=run.steps, tool_calls=len(run.trajectory))
+            s.set(output=answer, steps=run.steps, tool_calls=len(run.trajectory),
+                  **({"stopped": stopped} if stopped else {}))
         return TaskResult(
             evaluated_model_output=answer, evaluated_model_name=self.model,
             evaluated_model_provider=self.provider, evaluated_model_params=self.params or None,
-            metadata={"trajectory": run.trajectory, "steps": run.steps, "messages": run.messages},
+            metadata={"trajectory": run.trajectory, "steps": run.steps, "messages": run.messages,
+                      **({"stopped": stopped} if stopped else {})},
             usage=Usage(model=self.model, input_tokens=run.input_tokens,
                         output_tokens=run.output_tokens))
 
-    async def _loop(self, run: _Run) -> str:
+    async def _loop(self, run: _Run) -> tuple[str, str | None]:
+        """The final answer; or, stopped by the budget (``on_budget="stop"``), the last
+        message's text and the limit it hit."""
         while True:
             message = await run.ask()
             calls = message.get("tool_calls") or []
             if not calls:
-                return str(message.get("content") or "")
+                return str(message.get("content") or ""), None
             for request in calls:
                 await run.use(request)
             over = run.over_budget()
+            if over is not None and self.on_budget == "stop":
+                return str(message.get("content") or ""), over
             if over is not None:
                 raise BudgetExceeded(
                     f"agent {self.name!r} gave no final answer within its budget ({over}): "
