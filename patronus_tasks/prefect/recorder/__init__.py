@@ -5,7 +5,8 @@
                   what they say)
     main.py       the process itself (``python -m patronus_tasks.prefect.recorder``: its
                   ``__main__`` defers coolname, which Prefect imports unused: `lazy`)
-    taskruns.py   `TaskRunRecorder`: task runs and their states posted as Prefect events
+    taskruns.py   `TaskRunRecorder`: task runs and their states queued as Prefect events
+    poster.py     its `Poster`: posts them, asks what the server holds, resends the rest
     backlog.py    what is held after a stall, and asked of the server (the pace a server
                   that limits the rate allows: `http.Pace`)
 
