@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -143,6 +144,26 @@ def test_nightly_schedules_create_runs(stack: Stack) -> None:
     assert runs, "no scheduled run for the nightly deployment within 90 s"
     assert all(r.expected_start_time.hour == 2 and r.expected_start_time.minute == 0 for r in runs)
     assert paused == []
+
+
+def test_up_again_starts_a_dead_worker_and_leaves_a_running_stack_be(stack: Stack) -> None:
+    """`server up` where the stack runs says so; where its worker died (killed, OOM), it
+    starts the worker again where it ran, and `down` stops that one."""
+    again = _cli("up", "--home", stack.home)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already up" in again.stdout and Stack.load(Path(stack.home)) == stack
+    os.kill(stack.worker_pid or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(stack.worker_pid or 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    again = _cli("up", "--home", stack.home)
+    assert again.returncode == 0, again.stdout + again.stderr
+    restarted = Stack.load(Path(stack.home))
+    assert restarted is not None and restarted.worker_pid not in (None, stack.worker_pid)
+    assert alive(restarted.worker_pid or 0) and restarted.server_pid == stack.server_pid
+    assert f"the worker had stopped: started again (pid {restarted.worker_pid}" in again.stdout
+    assert os.readlink(f"/proc/{restarted.worker_pid}/cwd") == str(ROOT)  # where it ran
+    stack.procs[:] = restarted.procs  # the fixture's `down` stops the new one
 
 
 def test_server_log_has_no_traceback(stack: Stack) -> None:

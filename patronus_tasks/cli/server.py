@@ -12,7 +12,7 @@ from patronus_tasks.cli.common import usage
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.server.stack import ProcStatus
-    from patronus_tasks.prefect.server.stack.processes import Stopped
+    from patronus_tasks.prefect.server.stack.processes import Proc, Stopped
 
 server = typer.Typer(help="A Prefect stack on this machine: server (or Prefect's scaled topology: "
                      "PostgreSQL, Redis, several API processes, services apart), work pool, "
@@ -44,7 +44,8 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                   help="Run the server side this many steps below normal CPU priority, so "
                   "recording rows never slows the rows (0: same priority).")] = 10) -> None:
     """Start a Prefect server on 127.0.0.1 (or its scaled topology), create the pool,
-    deploy, start a worker."""
+    deploy, start a worker. Where a stack is up already: says so, and starts its worker
+    again if it stopped."""
     from patronus_tasks.exceptions import PatronusTasksError
     from patronus_tasks.prefect.server import stack as _stack
 
@@ -52,6 +53,10 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
         postgres, redis = postgres or _stack.LOCAL, redis or _stack.LOCAL
     topology = _stack.Topology(postgres, redis, api_processes or (2 if production else 1))
     try:
+        again = _stack.up_again(home, Path.cwd())
+        if again is not None:  # a stack is recorded there: up already, or its worker again
+            _print_again(again, home)
+            return
         stack = _stack.up(Path.cwd(), home, port, topology=topology, deploy=deploy,
                           worker=worker, nice=nice)
     except PatronusTasksError as exc:
@@ -60,6 +65,16 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
     _print_status(_stack.status(home) or [])
     typer.echo(f"logs in {stack.home}\n"
                f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
+
+
+def _print_again(started: list[Proc], home: Path) -> None:
+    from patronus_tasks.prefect.server import stack as _stack
+
+    for proc in started:
+        typer.echo(f"the worker had stopped: started again (pid {proc.pid}, log {proc.log})")
+    if not started:
+        typer.echo(f"already up (recorded in {home.resolve()}; `server down` stops it):")
+    _print_status(_stack.status(home) or [])
 
 
 def _print_status(rows: list[ProcStatus]) -> None:

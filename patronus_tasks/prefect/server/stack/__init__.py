@@ -35,7 +35,7 @@ from .processes import Proc, Stopped, alive, answers, children, port_taken, stop
 from .servers import POOL
 
 __all__ = ["LOCAL", "POOL", "SERVER_NICE", "ProcStatus", "Stack", "Topology", "alive", "down",
-           "restart", "status", "up"]
+           "restart", "status", "up", "up_again"]
 
 STATE_FILE = "stack.json"
 #: ``--postgres local`` / ``--redis local``: a server started here, its data in ``home``.
@@ -82,6 +82,7 @@ class Stack:
     ui_url: str
     home: str
     procs: list[Proc] = field(default_factory=list)
+    project: str = ""  # the folder the worker runs in (a worker started again runs there)
 
     def save(self) -> None:
         Path(self.home, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -116,7 +117,7 @@ class Stack:
                      *([Proc("worker", data["worker_pid"])] if data.get("worker_pid") else [])]
         else:
             procs = [Proc(**p) for p in data["procs"]]
-        return cls(data["api_url"], data["ui_url"], data["home"], procs)
+        return cls(data["api_url"], data["ui_url"], data["home"], procs, data.get("project", ""))
 
 
 def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topology(),
@@ -137,7 +138,8 @@ def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topo
     if deploy and not (project / "prefect.yaml").is_file():
         raise ConfigError(f"no prefect.yaml in {project.resolve()} to deploy: run this from the "
                           "project's folder, or pass --no-deploy for a server and worker alone")
-    stack = Stack(f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}", str(home))
+    stack = Stack(f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}", str(home),
+                  project=str(project.resolve()))
     stack.save()
     try:
         _start(stack, project, port, topology, deploy, worker, timeout, nice)
@@ -145,6 +147,31 @@ def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topo
         down(home)
         raise
     return stack
+
+
+def up_again(home: Path, project: Path) -> list[Proc] | None:
+    """`up` where a stack is recorded: None when none is; otherwise the workers started
+    again (none: it all runs). A dead worker is only a worker (the server keeps every run):
+    it is started again where it ran. Anything else stopped is the user's to look at
+    (its log) before `server down` and `up`: a `ConfigError` naming it."""
+    stack = Stack.load(home.resolve())
+    if stack is None:
+        return None
+    stopped = [p for p in stack.procs if not _running(p)]
+    others = [p for p in stopped if p.role != "worker"]
+    if others:
+        named = ", ".join(f"{p.role} (pid {p.pid}, log {p.log})" if p.pid else f"{p.role} ({p.url})"
+                          for p in others)
+        raise ConfigError(f"the stack recorded in {stack.home} is not all running: {named} "
+                          "stopped. Look at its log, then run `patronus-tasks server down` "
+                          "and `server up` again")
+    started = []
+    for proc in stopped:
+        started.append(servers.start_worker(Path(stack.home), stack.api_url,
+                                            Path(stack.project) if stack.project else project))
+        stack.procs[stack.procs.index(proc)] = started[-1]
+        stack.save()
+    return started
 
 
 def _check_pieces(topology: Topology) -> None:
