@@ -17,7 +17,9 @@ def _arguments(signature: inspect.Signature, args: Any, kwargs: Any) -> dict[str
         binding = signature.bind(*args, **kwargs)
     except TypeError:
         return {"args": args, "kwargs": kwargs}
-    binding.apply_defaults()  # what the call ran with, defaults too
+    # As given, defaults left out: as the Patronus SDK's @traced records them, and as an
+    # agent's tool call says them (a trajectory compared with args="exact" against the
+    # expected {"query": "alpha"} would fail on a default {"limit": 2} nobody passed).
     bound = binding.arguments
     bound.pop("self", None)
     bound.pop("cls", None)
