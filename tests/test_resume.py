@@ -292,3 +292,47 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
          "asyncio.run(main())", manifest["flow_run_id"]],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert count.stdout.strip().splitlines()[-1] == "CANCELLED", count.stderr[-2000:]
+
+
+def test_a_new_run_never_writes_into_a_stopped_runs_folder(results_dir: Path) -> None:
+    """A run killed halfway (manifest and parts, no results.parquet) keeps its folder: the
+    same name run again without resume goes to name-2 (it was written into the stopped
+    run's folder, 60 records for 40 rows)."""
+    rows = [{"evaluated_model_input": f"q{i}"} for i in range(3)]
+
+    @task
+    def answer_a(evaluated_model_input: str) -> str:
+        return "a"
+
+    @evaluator
+    def ok(evaluated_model_output: str) -> bool:
+        return True
+
+    def run() -> Path:
+        return run_experiment("p", data=rows, task=answer_a, evaluators=[ok],
+                              experiment_name="again", backend="local",
+                              results_dir=results_dir, print_summary=False,
+                              html_report=False).location.local
+    first = run()
+    (first / "parts").mkdir(exist_ok=True)  # as a killed run leaves it: its rows in parts/
+    (first / "results.parquet").rename(first / "parts" / "part-000000.parquet")
+    second = run()
+    assert second.name == "again-2" and len(load_experiment(second).to_dataframe()) == 3
+    assert len(load_experiment(first).to_dataframe()) == 3  # the stopped run's rows, alone
+
+
+def test_runs_of_one_name_started_at_once_claim_a_folder_each(tmp_path: Path) -> None:
+    from patronus_tasks.execute.setup import CLAIM_FILE, _free_dir
+    from patronus_tasks.record.location import Location
+    from patronus_tasks.record.manifest import process_alive
+
+    root = Location.of(tmp_path)
+    first, second = _free_dir(root, "p", "n"), _free_dir(root, "p", "n")
+    assert (first.name, second.name) == ("n", "n-2")  # the first's claim holds (its process runs)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "p" / "n-2" / CLAIM_FILE).write_text(str(gone.pid))  # a setup that failed
+    assert _free_dir(root, "p", "n").name == "n-2"  # taken again
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # ended, not waited for
+    until(lambda: not process_alive(zombie.pid), "the ended child counted gone", 10)
+    zombie.wait()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, say, usage
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import redact, scrub
-from patronus_tasks.record.manifest import Manifest
+from patronus_tasks.record.manifest import Manifest, process_alive
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
@@ -27,13 +26,7 @@ def _status(m: Manifest) -> str:
     one (SIGKILL, a crash) never wrote its end."""
     if m.status != "running" or not m.pid or m.host != socket.gethostname():
         return m.status
-    try:
-        os.kill(m.pid, 0)
-    except ProcessLookupError:
-        return "stopped (its process is gone: killed?)"
-    except PermissionError:
-        pass  # another user's: there
-    return m.status
+    return m.status if process_alive(m.pid) else "stopped (its process is gone: killed?)"
 
 
 def _figures(e: Experiment) -> str:

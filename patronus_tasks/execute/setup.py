@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import multiprocessing
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -23,7 +24,7 @@ from patronus_tasks.record import otel as _otel
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.cache import cache_setting
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.manifest import Manifest
+from patronus_tasks.record.manifest import Manifest, process_alive
 from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.results.verdict import rule_of
@@ -84,14 +85,47 @@ def _check_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
     return tags
 
 
+#: A run's claim on its folder, made before anything else is written there: two runs of
+#: one name started at once each get a folder of their own (their parts were numbered
+#: alike in one folder, and the second run crashed). It holds the claiming process's id.
+CLAIM_FILE = ".claimed"
+
+
 def _free_dir(results_dir: Location, project: str, name: str) -> Location:
-    """The experiment's folder; a finished run of the same name keeps its own."""
+    """The experiment's folder: the first of ``name``, ``name-2``, ... that no run has
+    used, claimed. A run that stopped halfway keeps its folder too (a new run written
+    into it mixed the two runs' rows: `resume=True` goes on with it instead)."""
     base = _parquet.experiment_dir(results_dir, project, name)
     path, n = base, 1
-    while (path / _parquet.RESULTS_FILE).exists():
+    while _used(path) or not _claim(path):
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def _used(path: Location) -> bool:
+    return (path / _parquet.MANIFEST_FILE).exists() or (path / _parquet.RESULTS_FILE).exists()
+
+
+def _claim(path: Location) -> bool:
+    """Claim a local folder: its claim file is made only where none is (one process of
+    several wins), or where the one that made it is gone before writing its manifest.
+    On object storage, which has no such create, a folder with no manifest is taken."""
+    if path.local is None:
+        return True
+    claim = path.local / CLAIM_FILE
+    path.local.mkdir(parents=True, exist_ok=True)
+    try:
+        with claim.open("x") as out:
+            out.write(str(os.getpid()))
+        return True
+    except FileExistsError:
+        holder = claim.read_text().strip()
+        if holder.isdigit() and not process_alive(int(holder)):  # its setup failed, or it was killed
+            claim.write_text(str(os.getpid()))
+            return True
+        return False
+
 
 
 def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
@@ -252,8 +286,14 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
             "them) or experiment_id=.")
     name = o["experiment_name"] or dt.datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     root = Location.of(o["results_dir"] if o["results_dir"] is not None else default_results_dir())
+    earlier = None
+    if o["resume"] or o["retry_errors"] or o["experiment_id"]:
+        earlier = _to_resume(root, project_name, name, o["experiment_id"])
+        if earlier is None:  # said: a resume that quietly ran every row again paid for every call
+            say(f"nothing to resume: no earlier run of {project_name}/{name} under {root}; "
+                "every row runs (as a new experiment)")
     spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
-                          concurrency, _free_dir(root, project_name, name), kind,
+                          concurrency, earlier or _free_dir(root, project_name, name), kind,
                           fail_on_error=o["fail_on_error"],
                           min_pass_rates=given_gates(o["min_pass_rates"], _evaluator_names(links)),
                           task_runner=task_runner, dask_address=o["dask_address"],
@@ -265,12 +305,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                           prices=PriceTable(o["prices"]), metrics=metrics,
                           min_metrics=min_metrics, given_min_metrics=given_metric_gates(),
                           metadata=_check_metadata(o["metadata"]))
-    if o["resume"] or o["retry_errors"] or o["experiment_id"]:
-        earlier = _to_resume(root, project_name, name, o["experiment_id"])
-        if earlier is not None:
-            spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
-        else:  # said: a resume that quietly ran every row again paid for every call
-            say(f"nothing to resume: no earlier run of {project_name}/{name} under {root}; "
-                "every row runs (as a new experiment)")
+    if earlier is not None:
+        spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
     _parquet.make_writable(spec.out_dir)
     return spec
