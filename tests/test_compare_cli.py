@@ -345,3 +345,39 @@ def test_the_main_flow_gated_and_resumed_through_the_cli(
             return (await client.read_flow_run(manifest["flow_run_id"])).state
 
     assert asyncio.run(state()).type.value == "FAILED"
+
+
+def test_rows_whose_task_failed_count_as_worse_never_left_out(results_dir: Path) -> None:
+    """A model that crashes on rows is a regression: each evaluation of such a row is
+    not passed (they were left out: a run whose every task failed compared 'same', and
+    `--fail-on-worse` let it through)."""
+    from patronus_tasks import task
+
+    def answering(broken: set[int]) -> Any:
+        @task
+        def answer(row: Row) -> str:
+            if int(row.sid) in broken:
+                raise RuntimeError("model API 500")
+            return "g"
+        return answer
+
+    @evaluator
+    def exact(evaluated_model_output: str, evaluated_model_gold_answer: str) -> bool:
+        return evaluated_model_output == evaluated_model_gold_answer
+
+    data = [{"sid": str(i), "evaluated_model_gold_answer": "g"} for i in range(1, 6)]
+    runs = {name: run_experiment("crash", data=data, task=answering(broken), evaluators=[exact],
+                                 experiment_name=name, backend="local", results_dir=results_dir,
+                                 print_summary=False, html_report=False).path
+            for name, broken in (("base", set()), ("some", {1, 2}), ("all", set(range(1, 6))))}
+    some = compare_experiments(runs["base"], runs["some"]).evaluators[0]
+    assert (some.paired, some.pass_rate_a, some.pass_rate_b) == (5, 1.0, 0.6)
+    assert some.regressed == ["1", "2"] and some.improved == []
+    everything = compare_experiments(runs["base"], runs["all"])
+    assert [(e.evaluator, e.pass_rate_b, len(e.regressed)) for e in everything.evaluators] == [
+        ("exact", 0.0, 5)]
+    gated = CliRunner().invoke(app, ["compare", str(runs["base"]), str(runs["all"]),
+                                     "--fail-on-worse"])
+    assert gated.exit_code == 1, gated.stdout
+    back = compare_experiments(runs["some"], runs["base"]).evaluators[0]  # mended: better
+    assert back.improved == ["1", "2"]

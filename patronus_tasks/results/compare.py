@@ -1,9 +1,10 @@
 """Comparing two experiments row by row: pass rates, scores, significance, regressions.
 
 Rows are paired by sample id within each (chain link, evaluator). An errored evaluation
-counts as not passed and has no score. Pass/fail uses McNemar's exact test on the
-discordant pairs; scores use a paired bootstrap of the mean difference (seeded, so the
-same inputs always give the same figures).
+counts as not passed and has no score; so does each evaluation of a row whose task
+failed. Pass/fail uses McNemar's exact test on the discordant pairs; scores use a paired
+bootstrap of the mean difference (seeded, so the same inputs always give the same
+figures).
 
 With repeats (``repeats=N``), runs pair by sample id and repeat (``pair="repeat"``, when
 both experiments ran the same repeats) or each row's mean over its runs is compared
@@ -211,13 +212,44 @@ def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple
     return ci, p
 
 
-def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
+_OUTCOME = ["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score"]
+
+
+def _judges(*experiments: Experiment) -> dict[int, list[str]]:
+    """Each link's evaluators, in either experiment (their manifests: a run whose every
+    task failed has no evaluator's record)."""
+    found: dict[int, list[str]] = {}
+    for e in experiments:
+        for index, link in enumerate(e.manifest.links):
+            names = found.setdefault(index, [])
+            names += [v.name for v in link.evaluators if v.name not in names]
+    return found
+
+
+def _task_failures(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
+    """A row whose task failed, as a failed evaluation by each evaluator of its link: a
+    crashed model is a regression, never a row left out of the comparison (it was: a run
+    whose every task failed compared as "same"). A task that returned None skipped the
+    row on purpose: not counted."""
+    failed = df[df["evaluator_name"].isna() & (df["status"] == STATUS_ERROR)]
+    return pd.DataFrame(
+        [{"sid": r.sid, "repeat": r.repeat, "link_index": r.link_index, "evaluator_name": name,
+          "status": STATUS_ERROR, "pass": None, "score": np.nan}
+         for r in failed[["sid", "repeat", "link_index"]].itertuples()
+         for name in judges.get(int(r.link_index), [])], columns=_OUTCOME)
+
+
+def _outcomes(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
     if "repeat" not in df.columns:
         df = df.assign(repeat=None)
     # An unscored evaluation (no verdict) is neither a pass nor a fail: not paired.
     evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])
                & ~unscored_mask(df)]
-    out = evals[["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score"]].copy()
+    out = evals[_OUTCOME].copy()
+    crashed = _task_failures(df, judges)
+    if len(crashed):
+        out = pd.concat([out.astype(object), crashed.astype(object)], ignore_index=True)
+        out["score"] = pd.to_numeric(out["score"], errors="coerce")
     errored = out["status"] == STATUS_ERROR
     out["passed"] = out["pass"].astype("boolean").fillna(False).where(~errored, False)
     out["has_pass"] = out["pass"].notna() | errored
@@ -306,7 +338,8 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
     name: its latest run), as on the command line."""
     a, b = as_experiment(a), as_experiment(b)
     dfa, dfb = a.to_dataframe(), b.to_dataframe()
-    oa, ob = _outcomes(dfa), _outcomes(dfb)
+    judges = _judges(a, b)
+    oa, ob = _outcomes(dfa, judges), _outcomes(dfb, judges)
     pairing = _pairing(oa, ob, pair)
     keys = ["sid", "link_index", "evaluator_name"]
     if pairing == "mean":
