@@ -381,3 +381,22 @@ def test_rows_whose_task_failed_count_as_worse_never_left_out(results_dir: Path)
     assert gated.exit_code == 1, gated.stdout
     back = compare_experiments(runs["some"], runs["base"]).evaluators[0]  # mended: better
     assert back.improved == ["1", "2"]
+
+
+def test_a_first_runs_folder_name_means_that_run_beside_its_latest(results_dir: Path) -> None:
+    """``exp1`` is the experiment's latest run and its first run's folder: `compare exp1
+    exp1-2` compared exp1-2 with itself ("same" everywhere); now the first with the second."""
+    for passing in (set(range(1, 31)), set(range(1, 21))):
+        run_experiment("names", data=_data(passing, 0.0), evaluators=[exact], experiment_name="exp1",
+                       backend="local", results_dir=results_dir, print_summary=False,
+                       html_report=False)
+    for a in ("exp1", "names/exp1"):
+        shown = CliRunner().invoke(app, ["compare", a, "exp1-2", "--results-dir", str(results_dir)])
+        assert shown.exit_code == 0, shown.stdout
+        assert "Comparing B=exp1 (exp1-2) against A=exp1 (exp1-2)" not in shown.stdout
+        assert "10 worse / 0 better rows" in shown.stdout, shown.stdout
+    same = CliRunner().invoke(app, ["compare", "exp1-2", "exp1-2", "--results-dir", str(results_dir)])
+    assert same.exit_code == 0 and "are the same run" in same.stderr
+    report = CliRunner().invoke(app, ["report", "exp1-2", "--against", "exp1",
+                                      "--results-dir", str(results_dir)])
+    assert report.exit_code == 0 and report.stdout.strip().endswith("report-vs-exp1.html"), report.stdout

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, say, usage
+from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, load_two, say, usage
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import redact, scrub
 from patronus_tasks.record.manifest import Manifest, process_alive
@@ -109,7 +109,7 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
     """Compare experiment B with baseline A, pairing rows by sample id; then their
     dataset-level metrics, tokens and cost."""
     try:
-        result = compare_experiments(load(a, results_dir), load(b, results_dir), pair=pair)
+        result = compare_experiments(*load_two(a, b, results_dir), pair=pair)
     except ConfigError as exc:
         raise usage(str(exc)) from None
     try:
@@ -165,8 +165,8 @@ def report(experiment: ExperimentArg,
     record to sort, filter and open); --against B adds the comparison with B."""
     from patronus_tasks.report import write_report
 
-    e = load(experiment, results_dir)
-    baseline = load(against, results_dir) if against else None
+    baseline, e = load_two(against, experiment, results_dir) if against else (
+        None, load(experiment, results_dir))
     try:
         where = write_report(e, baseline, output)  # default: report-vs-<B>.html with B
     except OSError as exc:

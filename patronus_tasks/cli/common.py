@@ -10,7 +10,7 @@ from rich.console import Console
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.store import load_experiment
+from patronus_tasks.results.store import load_experiment, load_pair
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 app = typer.Typer(help="Run, list, show, compare, export and report patronus-tasks experiments.",
@@ -41,3 +41,15 @@ def load(name: str, results_dir: str | None) -> Experiment:
         return load_experiment(name, results_dir)
     except ConfigError as exc:
         raise usage(str(exc)) from None
+
+
+def load_two(a: str, b: str, results_dir: str | None) -> tuple[Experiment, Experiment]:
+    """Two runs to compare (`load_pair`: ``nightly nightly-2`` are its first and second)."""
+    try:
+        ea, eb = load_pair(a, b, results_dir)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    if ea.location == eb.location:
+        say("note", f"{a} and {b} are the same run ({ea.location}): to compare another, give "
+            "its folder (`patronus-tasks list` shows them)")
+    return ea, eb

@@ -26,7 +26,7 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.store import as_experiment
+from patronus_tasks.results.store import load_pair
 from patronus_tasks.results.summary import unscored_mask
 from patronus_tasks.results.usage import total_cost, usage_totals
 
@@ -336,7 +336,7 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
 
     Each an `Experiment`, or what `load_experiment` takes (a folder, ``project/name``, a
     name: its latest run), as on the command line."""
-    a, b = as_experiment(a), as_experiment(b)
+    a, b = load_pair(a, b)
     dfa, dfb = a.to_dataframe(), b.to_dataframe()
     judges = _judges(a, b)
     oa, ob = _outcomes(dfa, judges), _outcomes(dfb, judges)

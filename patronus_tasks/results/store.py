@@ -58,12 +58,37 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     return chosen[-1]
 
 
-def as_experiment(given: Experiment | str | Path) -> Experiment:
+def load_pair(a: Experiment | str | Path, b: Experiment | str | Path,
+              results_dir: str | Path | None = None) -> tuple[Experiment, Experiment]:
+    """Two runs to compare. ``nightly`` is the experiment's latest run, and also the folder
+    of its first: where both names came to one run (``compare nightly nightly-2``), the
+    one naming another run's folder means that run (else, one run twice: the command line
+    says so)."""
+    ea, eb = (as_experiment(x, results_dir) for x in (a, b))
+    if ea.location == eb.location:
+        for given, other in ((a, eb), (b, ea)):
+            folder = _by_folder(given, results_dir)
+            if folder is not None and folder.location != other.location:
+                return (folder, eb) if given is a else (ea, folder)
+    return ea, eb
+
+
+def _by_folder(given: Experiment | str | Path, results_dir: str | Path | None) -> Experiment | None:
+    """The run whose folder ``given`` names (``nightly``, ``project/nightly``), if one."""
+    if not isinstance(given, str):
+        return None
+    project, _, folder = given.rpartition("/")
+    found = [e for e in list_experiments(results_dir) if e.location.name == folder
+             and (not project or project == e.location.parent.name)]
+    return found[-1] if len(found) == 1 else None
+
+
+def as_experiment(given: Experiment | str | Path, results_dir: str | Path | None = None) -> Experiment:
     """``given``, or the experiment `load_experiment` finds by it (a `ConfigError` naming
     what was given when it is neither)."""
     if isinstance(given, Experiment):
         return given
     if isinstance(given, str | Path):
-        return load_experiment(given)
+        return load_experiment(given, results_dir)
     raise ConfigError(f"expected an Experiment, or a folder or name of one (as "
                       f"load_experiment takes), not {type(given).__name__}.")
