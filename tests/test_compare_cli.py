@@ -400,3 +400,26 @@ def test_a_first_runs_folder_name_means_that_run_beside_its_latest(results_dir: 
     report = CliRunner().invoke(app, ["report", "exp1-2", "--against", "exp1",
                                       "--results-dir", str(results_dir)])
     assert report.exit_code == 0 and report.stdout.strip().endswith("report-vs-exp1.html"), report.stdout
+
+
+def test_a_damaged_run_is_said_and_hides_no_other(results_dir: Path) -> None:
+    """One run's damaged manifest made list, show and compare of every run fail; a
+    results.parquet cut short was a traceback. Now each is said on its own run."""
+    for name in ("good", "badman", "badpq"):
+        run_experiment("dmg", data=_data({1}, 0.0)[:3], evaluators=[exact], experiment_name=name,
+                       backend="local", results_dir=results_dir, print_summary=False,
+                       html_report=False)
+    (results_dir / "dmg" / "badman" / "manifest.json").write_text('{"broken')
+    with (results_dir / "dmg" / "badpq" / "results.parquet").open("r+b") as f:
+        f.truncate(300)
+    rd = ["--results-dir", str(results_dir)]
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", *rd])
+    assert listed.exit_code == 0 and "dmg/good" in listed.stdout, listed.stdout
+    assert "results unreadable:" in listed.stdout and "unreadable: dmg/badman:" in listed.stderr
+    assert runner.invoke(app, ["show", "good", *rd]).exit_code == 0
+    for command in (["show", "badpq"], ["report", "badpq"], ["compare", "good", "badpq"],
+                    ["export", "badpq", "--format", "csv", "-o", str(results_dir / "x.csv")]):
+        said = runner.invoke(app, [*command, *rd])
+        assert said.exit_code == 2 and "is damaged and cannot be read" in said.stderr, command
+        assert said.exception is None or isinstance(said.exception, SystemExit), command

@@ -16,7 +16,7 @@ from patronus_tasks.record.manifest import Manifest, process_alive
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.store import list_experiments
+from patronus_tasks.results.store import scan
 from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
 from patronus_tasks.settings import default_results_dir
 
@@ -37,6 +37,8 @@ def _figures(e: Experiment) -> str:
         summary = e.summary()
     except FileNotFoundError:
         return f"rows={m.rows}  (no results)"
+    except ConfigError as exc:  # a damaged results file: said on its line, the rest listed
+        return f"rows={m.rows}  (results unreadable: {exc})"
     rows = f"rows={m.rows}" if m.status == "completed" else \
         f"rows={summary.runs} of {m.dataset.rows * m.repeats}"
     rates = ", ".join(f"{s.evaluator} {'-' if s.pass_rate is None else f'{s.pass_rate:.0%}'}"
@@ -48,19 +50,21 @@ def list_(results_dir: ResultsDir = None) -> None:
     """Past experiments: name, start time, status, rows, errors and pass rates."""
     where = results_dir or default_results_dir()
     try:
-        runs = list_experiments(results_dir)
+        runs, unreadable = scan(results_dir)
     except ConfigError as exc:  # a store that cannot be opened (credentials, a bad URL)
         raise usage(str(exc)) from None
     except OSError as exc:  # opened, but it does not answer
         raise usage(f"results_dir {redact(str(where))} cannot be listed: "
                     f"{scrub(str(exc), str(where))}") from None
-    if not runs:
+    if not runs and not unreadable:
         typer.echo(f"no experiments under {redact(str(where))}" + (
             "" if "://" in str(where) or Path(where).is_dir() else " (no such folder)"))
         return
     for e in runs:
         m = e.manifest
         typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {_status(m)}  {_figures(e)}")
+    for e, why in unreadable:  # one damaged run hides no other
+        say("unreadable", f"{e.location.parent.name}/{e.location.name}: {why}")
 
 
 def _failure_lines(e: Experiment) -> list[str]:

@@ -361,10 +361,15 @@ def read_results(out_dir: Path | Location, columns: list[str] | None = None) -> 
     """
     final = Location.of(out_dir) / RESULTS_FILE
     if final.exists():
-        if columns is None:
-            return final.read_table()
-        present = set(final.read_schema().names)
-        return _with_columns(final.read_table(columns=[c for c in columns if c in present]), columns)
+        try:
+            if columns is None:
+                return final.read_table()
+            present = set(final.read_schema().names)
+            return _with_columns(final.read_table(columns=[c for c in columns if c in present]),
+                                 columns)
+        except pa.ArrowInvalid as exc:  # cut short, overwritten: said as the file's, not Arrow's
+            raise ConfigError(f"{final} is damaged and cannot be read ({exc}): restore it "
+                              "from a copy, or run the experiment again.") from exc
     table = _read_unfinished(Location.of(out_dir))
     return _with_columns(table, columns) if columns else table
 

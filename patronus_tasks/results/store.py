@@ -12,9 +12,27 @@ from patronus_tasks.settings import default_results_dir
 
 
 def list_experiments(results_dir: str | Path | None = None) -> list[Experiment]:
-    """Every experiment under ``results_dir``, oldest first."""
+    """Every experiment under ``results_dir``, oldest first (those whose manifest cannot
+    be read left out: `unreadable_experiments`; one damaged file hid every run)."""
+    return scan(results_dir)[0]
+
+
+def unreadable_experiments(results_dir: str | Path | None = None) -> list[tuple[Experiment, str]]:
+    """The runs under ``results_dir`` whose manifest cannot be read, and why."""
+    return scan(results_dir)[1]
+
+
+def scan(results_dir: str | Path | None = None
+         ) -> tuple[list[Experiment], list[tuple[Experiment, str]]]:
+    """The experiments under ``results_dir`` (oldest first), and those unreadable."""
     found = [Experiment(p.parent) for p in _root(results_dir).glob(f"*/*/{_parquet.MANIFEST_FILE}")]
-    return sorted(found, key=lambda e: (e.manifest.started_at, str(e.location)))
+    readable, unreadable = [], []
+    for e in found:
+        try:
+            readable.append((e.manifest.started_at, str(e.location), e))
+        except (ConfigError, OSError) as exc:
+            unreadable.append((e, str(exc)))
+    return [e for *_, e in sorted(readable, key=lambda t: t[:2])], unreadable
 
 
 def _root(results_dir: str | Path | None) -> Location:
