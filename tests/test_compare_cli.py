@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -423,3 +424,42 @@ def test_a_damaged_run_is_said_and_hides_no_other(results_dir: Path) -> None:
         said = runner.invoke(app, [*command, *rd])
         assert said.exit_code == 2 and "is damaged and cannot be read" in said.stderr, command
         assert said.exception is None or isinstance(said.exception, SystemExit), command
+
+
+def test_compare_says_renamed_evaluators_and_changed_data_and_gates_fail(results_dir: Path) -> None:
+    @evaluator
+    def exact_match(row: Row) -> bool:
+        return row.evaluated_model_output == row.evaluated_model_gold_answer
+
+    base = run_experiment("ren", data=_data({1, 2}, 0.0)[:4], evaluators=[exact],
+                          experiment_name="a", backend="local", results_dir=results_dir,
+                          print_summary=False, html_report=False)
+    renamed = run_experiment("ren", data=_data({1, 2}, 0.0)[:4][::-1], evaluators=[exact_match],
+                             experiment_name="b", backend="local", results_dir=results_dir,
+                             print_summary=False, html_report=False)
+    shown = CliRunner().invoke(app, ["compare", str(base.path), str(renamed.path), "--fail-on-worse"])
+    assert shown.exit_code == 1, shown.stdout
+    assert "Not compared (in one run only): A exact; B exact_match" in shown.stdout
+    assert "gate failed: no evaluator is in both runs" in shown.stderr
+    reordered = compare_experiments(base, run_experiment(
+        "ren", data=[{**r, "evaluated_model_output": "x"} for r in _data({1, 2}, 0.0)[:4]],
+        evaluators=[exact], experiment_name="c", backend="local", results_dir=results_dir,
+        print_summary=False, html_report=False))
+    assert reordered.datasets_differ and "The datasets differ (content hash)" in reordered.format()
+    assert not compare_experiments(base, base).datasets_differ
+
+
+def test_a_score_on_a_bin_edge_lands_in_the_bin_it_starts(results_dir: Path) -> None:
+    from patronus_tasks.results.summary import _histogram
+
+    bins = _histogram(np.array([0, 0, 0.2, 0.4, 0.6, 0.6, 0.8, 1, 1, 1]))
+    assert [c for _, _, c in bins] == [2, 1, 1, 2, 4]  # 0.6 in 0.6-0.8, never in 0.4-0.6
+
+
+def test_a_name_with_a_slash_is_found_by_that_name(results_dir: Path) -> None:
+    run_experiment("models", data=_data({1}, 0.0)[:2], evaluators=[exact],
+                   experiment_name="llama/3.1", backend="local", results_dir=results_dir,
+                   print_summary=False, html_report=False)
+    for given in ("llama/3.1", "models/llama/3.1"):
+        found = load_experiment(given, results_dir)
+        assert found.name == "llama/3.1" and found.location.name == "llama_3.1", given

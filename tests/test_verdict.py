@@ -72,6 +72,19 @@ def test_the_verdict_names_tags_and_says_it() -> None:
     assert judge(summary(errors=2), None, Rule()).tags == ["errors"]
 
 
+def test_no_evaluator_in_both_runs_is_not_compared_and_fails_a_gate() -> None:
+    """An evaluator renamed between two nights: nothing pairs. It was "Completed" and
+    passed fail_on_regression; a gate that could not be checked is no pass."""
+    renamed = Comparison("night-1", "night-2", [], 0, 0, only_evaluators_a=["exact"],
+                         only_evaluators_b=["exact_match"])
+    note = judge(summary(), renamed, Rule(fail_on="worse"))
+    assert (note.name, note.tags) == ("Gate failed", ["gate-failed", "not-compared"])
+    assert note.failures == ["fail_on_regression could not be checked: no evaluator is in both "
+                             "runs (the previous: exact; this one: exact_match)"]
+    assert judge(summary(), renamed, Rule()).name == "Not compared"
+    assert "Not compared (in one run only): A exact; B exact_match" in renamed.format()
+
+
 def test_options_that_set_the_rule() -> None:
     rule = rule_of({"judge": 0.1, "*": 0.02}, "worse")
     assert (rule.drop, rule.drop_for("judge"), rule.fail_on) == (0.02, 0.1, "worse")

@@ -134,6 +134,10 @@ def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: boo
     """The gates of an experiment's ``fail_on_regression`` (True, ``"worse"``): one row
     that flipped is no gate. Both may be asked; each is checked and said on its own."""
     failing = []
+    if (significant or worse) and not result.evaluators:  # a gate unchecked never passes
+        failing.append("no evaluator is in both runs, so nothing could be compared (A: "
+                       f"{', '.join(result.only_evaluators_a) or 'none'}; B: "
+                       f"{', '.join(result.only_evaluators_b) or 'none'})")
     for e in result.evaluators:
         where = f"{e.evaluator} [link {e.link_index}]"
         if significant and e.regressed_significantly(ALPHA):

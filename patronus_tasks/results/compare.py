@@ -82,6 +82,12 @@ class Comparison:
     usage_b: list[UsageTotal] = field(default_factory=list)
     metrics_a: list[MetricValue] = field(default_factory=list)
     metrics_b: list[MetricValue] = field(default_factory=list)
+    #: Evaluators one run has and the other not (renamed, added, dropped): not compared.
+    only_evaluators_a: list[str] = field(default_factory=list)
+    only_evaluators_b: list[str] = field(default_factory=list)
+    #: The two runs' datasets differ (their content hashes): rows pair by sample id all
+    #: the same, and a row of one id may hold other data.
+    datasets_differ: bool = False
 
     @property
     def cost_a(self) -> float | None:
@@ -104,8 +110,15 @@ class Comparison:
         lines = [f"Comparing B={self.b} against A={self.a}"
                  + {"repeat": " (runs paired by sample id and repeat)",
                     "mean": " (rows' means over their repeats)"}.get(self.pairing, "")]
+        if self.datasets_differ:
+            lines.append("The datasets differ (content hash): rows are paired by sample id; a "
+                         "row of one id may hold other data in each")
         if self.only_in_a or self.only_in_b:
             lines.append(f"Unpaired samples: {self.only_in_a} only in A, {self.only_in_b} only in B")
+        if self.only_evaluators_a or self.only_evaluators_b:
+            lines.append("Not compared (in one run only): "
+                         f"A {', '.join(self.only_evaluators_a) or 'none'}; "
+                         f"B {', '.join(self.only_evaluators_b) or 'none'}")
         for e in self.evaluators:
             lines.extend(_format_one(e, rows_shown))
         return "\n".join(lines + self.format_metrics() + self.format_usage())
@@ -352,7 +365,12 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
         for (link, name), g in merged.groupby(["link_index", "evaluator_name"], sort=True)
     ]
     sids_a, sids_b = set(oa["sid"]), set(ob["sid"])
+    names_a, names_b = set(oa["evaluator_name"]), set(ob["evaluator_name"])
+    hashes = {a.manifest.dataset.sha256, b.manifest.dataset.sha256}
     return Comparison(a=_label(a), b=_label(b), evaluators=groups,
+                      only_evaluators_a=sorted(names_a - names_b),
+                      only_evaluators_b=sorted(names_b - names_a),
+                      datasets_differ=None not in hashes and len(hashes) > 1,
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
                       metrics_a=a.metrics, metrics_b=b.metrics)

@@ -59,6 +59,9 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
         return direct
     text = str(path_or_name)
     runs = list_experiments(results_dir)
+    whole = [e for e in runs if text in (e.name, f"{e.project}/{e.name}")]
+    if whole and "/" in text:  # a name with a slash in it ("llama/3.1", kept as llama_3.1)
+        return whole[-1]
     project, _, name = text.rpartition("/")
     matches = [e for e in runs if name in (e.name, e.location.name)
                and (not project or project in (e.project, e.location.parent.name))]

@@ -189,7 +189,10 @@ def _histogram(scores: np.ndarray) -> list[tuple[float, float, int]]:
     lo, hi = (0.0, 1.0) if scores.min() >= 0 and scores.max() <= 1 else (scores.min(), scores.max())
     if hi == lo:
         return [(float(lo), float(hi), len(scores))]
-    counts, edges = np.histogram(scores, bins=_HIST_BINS, range=(lo, hi))
+    # Edges rounded: linspace's 0.6000000000000001 put a score of 0.6 in 0.4-0.6 (the
+    # HTML report's chart, binning the decimal edges, put it in 0.6-0.8).
+    edges = np.round(np.linspace(lo, hi, _HIST_BINS + 1), 12)
+    counts, edges = np.histogram(scores, bins=edges)
     return [(float(edges[i]), float(edges[i + 1]), int(c)) for i, c in enumerate(counts)]
 
 

@@ -137,14 +137,14 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     better = [e for e in evaluators if rule.movement(e) == "better"]
     failures = [*gate_failures, *regression_failures(comparison, rule)]
     errors = summary.task_errors + summary.evaluator_errors
-    unknown = ("Not compared" if isinstance(comparison, NotCompared) else "First run"
+    unknown = ("Not compared" if _not_compared(comparison) else "First run"
                if isinstance(comparison, str) else "Completed")
     name = ("Gate failed" if failures else "Regressed" if worse else "Errors" if errors
             else "Improved" if better else "Unchanged" if evaluators else unknown)
     tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
     tags += ["gate-failed"] if failures else []
     tags += ["errors"] if errors else []
-    tags += ["not-compared"] if isinstance(comparison, NotCompared) else []
+    tags += ["not-compared"] if _not_compared(comparison) else []
     lines = [*summary.headlines(), *comparison_lines(comparison, rule)]
     return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures),
                        tags=list(dict.fromkeys(tags)), lines=lines,
@@ -161,12 +161,25 @@ def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
     return head + ("; ".join(moved) + ". " if moved else "") + summary.headline()
 
 
+def _not_compared(comparison: Comparison | str | None) -> str | None:
+    """Why a previous run was there and nothing could be compared with it, if so: its
+    results unreadable, or no evaluator in both runs (renamed, replaced)."""
+    if isinstance(comparison, NotCompared):
+        return str(comparison)
+    if isinstance(comparison, Comparison) and not comparison.evaluators:
+        return (f"no evaluator is in both runs (the previous: "
+                f"{', '.join(comparison.only_evaluators_a) or 'none'}; this one: "
+                f"{', '.join(comparison.only_evaluators_b) or 'none'})")
+    return None
+
+
 def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list[str]:
     """One message per evaluator whose regression fails the run (`Rule.fail_on`); with a
     previous run that could not be read, one saying the gate could not be checked (a
     baseline gone is no pass: every row may have regressed)."""
-    if isinstance(comparison, NotCompared) and rule.fail_on is not None:
-        return [f"fail_on_regression could not be checked: {comparison}"]
+    why_not = _not_compared(comparison)
+    if why_not and rule.fail_on is not None:
+        return [f"fail_on_regression could not be checked: {why_not}"]
     if not isinstance(comparison, Comparison) or rule.fail_on is None:
         return []
     why = "significantly" if rule.fail_on == "significant" else "worse"
