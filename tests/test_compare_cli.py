@@ -463,3 +463,26 @@ def test_a_name_with_a_slash_is_found_by_that_name(results_dir: Path) -> None:
     for given in ("llama/3.1", "models/llama/3.1"):
         found = load_experiment(given, results_dir)
         assert found.name == "llama/3.1" and found.location.name == "llama_3.1", given
+
+
+def test_an_evaluator_of_texts_says_which_rows_texts_changed(results_dir: Path) -> None:
+    """A verdict returned as text (no pass, no score) compared "same: 0 worse / 0 better"
+    though two rows went from PASS to FAIL; the HTML report showed "mean 0 → 0"."""
+    def run(failing: set[int], name: str) -> Any:
+        @evaluator
+        def verdict_text(row: Row) -> str:
+            return "FAIL" if int(row.sid) in failing else "PASS"
+        return run_experiment("texts", data=[{"sid": str(i), "evaluated_model_output": "x"}
+                                             for i in range(1, 7)],
+                              evaluators=[verdict_text], experiment_name=name, backend="local",
+                              results_dir=results_dir, print_summary=False, html_report=False)
+    a, b = run(set(), "a"), run({2, 5}, "b")
+    e = compare_experiments(a, b).evaluators[0]
+    assert (e.changed, e.regressed, e.improved) == (["2", "5"], [], [])
+    shown = CliRunner().invoke(app, ["compare", str(a.path), str(b.path)])
+    assert "verdict_text [link 0] changed: text changed on 2 of 6 rows" in shown.stdout, shown.stdout
+    assert "text changed (2): 2, 5" in shown.stdout
+    from patronus_tasks.report import write_report
+
+    page = write_report(b, a, results_dir / "vs.html").read_text()
+    assert "text changed on 2 rows" in page and "mean 0 → 0" not in page

@@ -198,11 +198,13 @@ def _comparison_row(e: EvaluatorComparison, rule: Rule) -> dict[str, Any]:
         diff = f"{e.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}]"
         p = (f"McNemar {e.mcnemar_p:.3g}" if e.mcnemar_p is not None
              else f"bootstrap {e.pass_p:.3g}" if e.pass_p is not None else "")
-    else:
+    elif e.mean_diff is not None:
         lo, hi = e.mean_diff_ci or (0.0, 0.0)
         change = f"mean {e.mean_a or 0:.3g} → {e.mean_b or 0:.3g}"
-        diff = f"{e.mean_diff or 0:+.3g} [{lo:+.3g}, {hi:+.3g}]"
+        diff = f"{e.mean_diff:+.3g} [{lo:+.3g}, {hi:+.3g}]"
         p = f"bootstrap {e.score_p:.3g}" if e.score_p is not None else ""
+    else:  # texts only: no figure to invent ("mean 0 → 0" it said)
+        change, diff, p = f"text changed on {len(e.changed)} rows", "", ""
     word = rule.movement(e)
     return {"evaluator": esc(e.evaluator), "verdict": f"<b class='moved {word}'>{word}</b>",
             "worse / better rows": f"{len(e.regressed)} / {len(e.improved)}",

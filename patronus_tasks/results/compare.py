@@ -56,6 +56,8 @@ class EvaluatorComparison:
     score_p: float | None = None
     regressed: list[str] = field(default_factory=list)
     improved: list[str] = field(default_factory=list)
+    #: An evaluator of texts only (no pass, no score): the rows whose text differs.
+    changed: list[str] = field(default_factory=list)
 
     def regressed_significantly(self, alpha: float = 0.05) -> bool:
         """The pass rate fell with McNemar p < ``alpha`` (with no verdicts: the mean score
@@ -190,7 +192,8 @@ def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
         lo, hi = e.mean_diff_ci
         lines.append(f"  mean score A {_f(e.mean_a)}  B {_f(e.mean_b)}  diff {e.mean_diff:+.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}]  paired bootstrap p={_f(e.score_p)}")
-    for label, sids in (("regressed", e.regressed), ("improved", e.improved)):
+    for label, sids in (("regressed", e.regressed), ("improved", e.improved),
+                        ("text changed", e.changed)):
         if sids:
             more = f" (+{len(sids) - shown} more)" if len(sids) > shown else ""
             lines.append(f"  {label} ({len(sids)}): {', '.join(sids[:shown])}{more}")
@@ -225,7 +228,8 @@ def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple
     return ci, p
 
 
-_OUTCOME = ["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score"]
+_OUTCOME = ["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score",
+            "text_output"]
 
 
 def _judges(*experiments: Experiment) -> dict[int, list[str]]:
@@ -247,7 +251,7 @@ def _task_failures(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFra
     failed = df[df["evaluator_name"].isna() & (df["status"] == STATUS_ERROR)]
     return pd.DataFrame(
         [{"sid": r.sid, "repeat": r.repeat, "link_index": r.link_index, "evaluator_name": name,
-          "status": STATUS_ERROR, "pass": None, "score": np.nan}
+          "status": STATUS_ERROR, "pass": None, "score": np.nan, "text_output": None}
          for r in failed[["sid", "repeat", "link_index"]].itertuples()
          for name in judges.get(int(r.link_index), [])], columns=_OUTCOME)
 
@@ -258,7 +262,7 @@ def _outcomes(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
     # An unscored evaluation (no verdict) is neither a pass nor a fail: not paired.
     evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])
                & ~unscored_mask(df)]
-    out = evals[_OUTCOME].copy()
+    out = evals.reindex(columns=_OUTCOME).copy()  # text_output: absent from older files
     crashed = _task_failures(df, judges)
     if len(crashed):
         out = pd.concat([out.astype(object), crashed.astype(object)], ignore_index=True)
@@ -320,6 +324,10 @@ def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: 
             improved = scores.loc[diffs > 0, "sid"].tolist()
     if not len(verdicts) and not len(scores):
         regressed, improved = [], []
+        texts = g.dropna(subset=["text_output_a", "text_output_b"], how="all")
+        fields["changed"] = texts.loc[(texts["text_output_a"].astype(str)
+                                       != texts["text_output_b"].astype(str)).to_numpy(),
+                                      "sid"].drop_duplicates().tolist()
     return EvaluatorComparison(link_index=link, evaluator=name, paired=len(g),
                                regressed=list(dict.fromkeys(regressed)),
                                improved=list(dict.fromkeys(improved)), **fields)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from patronus_tasks.results.summary import Summary
 DROP = 0.05
 #: Significance level of a regression (McNemar's exact test; the bootstrap for scores).
 ALPHA = 0.05
-Movement = Literal["worse", "better", "same"]
+Movement = Literal["worse", "better", "same", "changed"]
 FailOn = Literal["significant", "worse"]
 _EPS = 1e-12  # a change of exactly the threshold counts, whatever the float rounding
 
@@ -63,7 +63,7 @@ class Rule:
             return "worse"
         if (change is not None and change >= drop - _EPS) or better > worse:
             return "better"
-        return "same"
+        return "changed" if e.changed else "same"  # texts only: neither worse nor better
 
     def fails(self, e: EvaluatorComparison) -> bool:
         if self.fail_on == "significant":
@@ -108,12 +108,14 @@ def said(e: EvaluatorComparison, rule: Rule, many_links: bool = False) -> str:
     """One evaluator against the previous run, counts first, p after:
     ``result_matches_gold worse: 3 worse / 0 better rows; 66.7% → 33.3% (-33.3 points); p=0.25``."""
     rate = e.pass_diff is not None
+    name = f"{e.evaluator} [link {e.link_index}]" if many_links else e.evaluator
+    if e.pass_diff is None and e.mean_diff is None:  # texts only: how many changed
+        return f"{name} {rule.movement(e)}: text changed on {len(e.changed)} of {e.paired} rows"
     p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if rate else e.score_p
     parts = [f"{len(e.regressed)} worse / {len(e.improved)} better rows",
              _figure(e.pass_rate_a, e.pass_rate_b, True) if rate else _figure(e.mean_a, e.mean_b, False)]
     if p is not None:
         parts.append(f"p={p:.2g}")
-    name = f"{e.evaluator} [link {e.link_index}]" if many_links else e.evaluator
     return f"{name} {rule.movement(e)}: " + "; ".join(x for x in parts if x)
 
 
