@@ -247,6 +247,25 @@ def test_down_gives_a_worker_running_no_flow_run_a_short_grace() -> None:
             os.killpg(p.pid, signal.SIGKILL)
 
 
+def test_down_lets_a_flow_run_outlive_its_worker_within_the_grace(tmp_path: Path) -> None:
+    """A worker exits 0.6 s after SIGTERM; the flow run it started (its process group)
+    needs seconds to write its rows and its interrupted state. It was SIGKILLed the moment
+    the worker was gone: the run stayed Running for ever, its rows unwritten."""
+    from patronus_tasks.prefect.server.stack.processes import Proc, stop
+
+    done = tmp_path / "flushed"
+    flow_run = (f"import signal, sys, time\n"
+                f"def term(*_):\n    time.sleep(1.5)\n    open({str(done)!r}, 'w').write('ok')\n"
+                f"    sys.exit(0)\n"
+                f"signal.signal(signal.SIGTERM, term)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    worker = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "$0" & wait', flow_run],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+    stopped = stop(Proc("worker", worker.pid), grace=10)
+    assert done.read_text() == "ok" and not stopped.killed  # flushed, not killed
+    assert 1.4 < stopped.seconds < 10
+
+
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no Linux autogroups here")
 def test_a_niced_process_is_niced_in_its_own_session_too(tmp_path: Path) -> None:
     # Each stack process runs in a session of its own, and Linux shares the CPU between

@@ -114,17 +114,21 @@ def _claim(path: Location) -> bool:
     if path.local is None:
         return True
     claim = path.local / CLAIM_FILE
-    path.local.mkdir(parents=True, exist_ok=True)
     try:
+        path.local.mkdir(parents=True, exist_ok=True)
         with claim.open("x") as out:
             out.write(str(os.getpid()))
         return True
     except FileExistsError:
+        if not claim.is_file():  # a file where the folder would be: the next name
+            return False
         holder = claim.read_text().strip()
         if holder.isdigit() and not process_alive(int(holder)):  # its setup failed, or it was killed
             claim.write_text(str(os.getpid()))
             return True
         return False
+    except OSError:  # not writable: `make_writable` says so, naming results_dir=
+        return True
 
 
 
