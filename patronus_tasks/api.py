@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import signal
+import sys
 import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.execute.run import run_kept
 from patronus_tasks.execute.setup import make_spec
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.run import background as _background
 from patronus_tasks.run import observers
 from patronus_tasks.run.loop import InProcess
 from patronus_tasks.run.options import RunOptions, split_run
@@ -101,7 +103,8 @@ def _finished(experiment: Experiment, wanted: dict[str, bool]) -> None:
         if observer.on_finished is not None:
             observer.on_finished(experiment)
     if wanted["print_summary"]:
-        print(experiment.format_summary(display_hist=wanted["display_hist"]))
+        _background.console_print(experiment.format_summary(display_hist=wanted["display_hist"]),
+                                  sys.stdout)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

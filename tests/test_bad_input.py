@@ -215,3 +215,26 @@ def test_a_recorder_setting_that_is_no_number_of_seconds_is_said_before_any_row(
         run_experiment("impatient", data=[{"evaluated_model_input": "x"}], task=model,
                        evaluators=[ok], results_dir=tmp_path, print_summary=False)
     assert not list(tmp_path.rglob("results.parquet"))
+
+
+def test_a_closed_stdout_never_fails_a_finished_run(tmp_path: Path) -> None:
+    """A worker killed mid-run leaves its flow run writing to a closed pipe: the summary's
+    BrokenPipeError ended a completed night Crashed (and Python's flush at exit, status 120)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "night.py"
+    script.write_text(
+        "import time\nfrom patronus_tasks import evaluator, run_experiment\n"
+        "@evaluator\ndef ok(evaluated_model_output: str) -> bool:\n    return True\n"
+        "time.sleep(1)  # the reader is gone by now\n"
+        f"run_experiment('p', data=[{{'evaluated_model_output': 'a'}}], evaluators=[ok],\n"
+        f"               backend='local', results_dir={str(tmp_path / 'r')!r}, html_report=False)\n"
+        f"open({str(tmp_path / 'done')!r}, 'w').write('ok')\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    proc.stderr.close()  # both ends gone, as with a dead worker
+    assert proc.wait(120) == 0
+    assert (tmp_path / "done").read_text() == "ok"

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 #: A line saying the same as the last one is said again after this long.
 _REPEAT_SECONDS = 20.0
@@ -179,7 +179,22 @@ class Afterwards:
 
 def say(text: str) -> None:
     """A line for the person running the experiment (stderr: stdout is theirs)."""
-    print(f"patronus-tasks: {text}", file=sys.stderr, flush=True)
+    console_print(f"patronus-tasks: {text}", sys.stderr)
+
+
+def console_print(text: str, stream: TextIO) -> None:
+    """``text`` on ``stream``, never failing the run: a worker that died leaves its flow
+    run writing to a closed pipe, and a completed night ended Crashed on the summary's
+    BrokenPipeError. The stream is then swapped for /dev/null (Python flushes it at exit,
+    failing again with exit status 120)."""
+    try:
+        print(text, file=stream, flush=True)
+    except (BrokenPipeError, ValueError, OSError):
+        null = open(os.devnull, "w")  # noqa: SIM115 - kept open for the process's life
+        if stream is sys.stdout:
+            sys.stdout = null
+        elif stream is sys.stderr:
+            sys.stderr = null
 
 
 atexit.register(drain)
