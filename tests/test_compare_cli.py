@@ -486,3 +486,32 @@ def test_an_evaluator_of_texts_says_which_rows_texts_changed(results_dir: Path) 
 
     page = write_report(b, a, results_dir / "vs.html").read_text()
     assert "text changed on 2 rows" in page and "mean 0 → 0" not in page
+
+
+def test_a_judge_that_never_answered_is_not_compared_and_fails_the_gates(results_dir: Path) -> None:
+    """A judge endpoint down all night: every evaluation unscored (JudgeError). It dropped
+    out of the comparison: "Unchanged", and --fail-on-worse passed."""
+    from patronus_tasks.exceptions import JudgeError
+    from patronus_tasks.prefect.ui.series import _verdict_lines
+    from patronus_tasks.results.verdict import Rule, judge
+
+    def night(down: bool, name: str) -> Any:
+        @evaluator
+        def faithful(evaluated_model_output: str) -> bool:
+            if down:
+                raise JudgeError("judge endpoint: ConnectError (is the server up?)")
+            return True
+        return run_experiment("judged", data=_data({1}, 0.0)[:4], evaluators=[exact, faithful],
+                              experiment_name=name, backend="local", results_dir=results_dir,
+                              print_summary=False, html_report=False)
+    good, down = night(False, "good"), night(True, "down")
+    result = compare_experiments(good, down)
+    assert (result.unjudged_b, [e.evaluator for e in result.evaluators]) == (["faithful"], ["exact"])
+    assert "Not compared (no verdict in B: every evaluation unscored" in result.format()
+    gated = CliRunner().invoke(app, ["compare", str(good.path), str(down.path), "--fail-on-worse"])
+    assert gated.exit_code == 1 and "faithful could not be checked" in gated.stderr
+    note = judge(down.summary(), result, Rule(fail_on="worse"))
+    assert "not-compared" in note.tags and note.name == "Gate failed"
+    assert note.failures[0].startswith("fail_on_regression could not be checked: no verdict this "
+                                       "run from faithful")
+    assert _verdict_lines(result, Rule())[0].startswith("**Not compared**: no verdict this run")

@@ -138,6 +138,9 @@ def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: boo
         failing.append("no evaluator is in both runs, so nothing could be compared (A: "
                        f"{', '.join(result.only_evaluators_a) or 'none'}; B: "
                        f"{', '.join(result.only_evaluators_b) or 'none'})")
+    if (significant or worse) and result.unjudged_b:
+        failing.append(f"{', '.join(result.unjudged_b)} could not be checked: no verdict in B "
+                       "(every evaluation unscored: a judge that did not answer)")
     for e in result.evaluators:
         where = f"{e.evaluator} [link {e.link_index}]"
         if significant and e.regressed_significantly(ALPHA):

@@ -90,6 +90,10 @@ class Comparison:
     #: The two runs' datasets differ (their content hashes): rows pair by sample id all
     #: the same, and a row of one id may hold other data.
     datasets_differ: bool = False
+    #: Evaluators of both runs with a verdict in one and none in the other (every one of
+    #: its evaluations unscored: a judge that did not answer all night).
+    unjudged_a: list[str] = field(default_factory=list)
+    unjudged_b: list[str] = field(default_factory=list)
 
     @property
     def cost_a(self) -> float | None:
@@ -121,6 +125,10 @@ class Comparison:
             lines.append("Not compared (in one run only): "
                          f"A {', '.join(self.only_evaluators_a) or 'none'}; "
                          f"B {', '.join(self.only_evaluators_b) or 'none'}")
+        for run, names in (("A", self.unjudged_a), ("B", self.unjudged_b)):
+            if names:
+                lines.append(f"Not compared (no verdict in {run}: every evaluation unscored, "
+                             f"a judge that did not answer): {', '.join(names)}")
         for e in self.evaluators:
             lines.extend(_format_one(e, rows_shown))
         return "\n".join(lines + self.format_metrics() + self.format_usage())
@@ -373,15 +381,31 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
         for (link, name), g in merged.groupby(["link_index", "evaluator_name"], sort=True)
     ]
     sids_a, sids_b = set(oa["sid"]), set(ob["sid"])
-    names_a, names_b = set(oa["evaluator_name"]), set(ob["evaluator_name"])
+    names_a, names_b = _configured(a, oa), _configured(b, ob)
+    judged_a, judged_b = _judged(oa), _judged(ob)
+    both = names_a & names_b
     hashes = {a.manifest.dataset.sha256, b.manifest.dataset.sha256}
     return Comparison(a=_label(a), b=_label(b), evaluators=groups,
                       only_evaluators_a=sorted(names_a - names_b),
                       only_evaluators_b=sorted(names_b - names_a),
+                      unjudged_a=sorted(both & judged_b - judged_a),
+                      unjudged_b=sorted(both & judged_a - judged_b),
                       datasets_differ=None not in hashes and len(hashes) > 1,
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
                       metrics_a=a.metrics, metrics_b=b.metrics)
+
+
+def _configured(e: Experiment, outcomes: pd.DataFrame) -> set[str]:
+    """The evaluators a run had (its manifest; an older one's: those with records)."""
+    named = {v.name for link in e.manifest.links for v in link.evaluators}
+    return named or set(outcomes["evaluator_name"])
+
+
+def _judged(outcomes: pd.DataFrame) -> set[str]:
+    """The evaluators that gave a verdict or a score (an error counts: not passed)."""
+    judged = outcomes["has_pass"].astype(bool) | outcomes["score"].notna()
+    return set(outcomes.loc[judged, "evaluator_name"])
 
 
 def _label(e: Experiment) -> str:

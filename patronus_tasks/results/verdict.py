@@ -165,9 +165,13 @@ def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
 
 def _not_compared(comparison: Comparison | str | None) -> str | None:
     """Why a previous run was there and nothing could be compared with it, if so: its
-    results unreadable, or no evaluator in both runs (renamed, replaced)."""
+    results unreadable, an evaluator with no verdict this run (its judge down), or no
+    evaluator in both runs (renamed, replaced)."""
     if isinstance(comparison, NotCompared):
         return str(comparison)
+    if isinstance(comparison, Comparison) and comparison.unjudged_b:
+        return (f"no verdict this run from {', '.join(comparison.unjudged_b)} (every "
+                "evaluation unscored: a judge that did not answer)")
     if isinstance(comparison, Comparison) and not comparison.evaluators:
         return (f"no evaluator is in both runs (the previous: "
                 f"{', '.join(comparison.only_evaluators_a) or 'none'}; this one: "
@@ -180,10 +184,9 @@ def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list
     previous run that could not be read, one saying the gate could not be checked (a
     baseline gone is no pass: every row may have regressed)."""
     why_not = _not_compared(comparison)
-    if why_not and rule.fail_on is not None:
-        return [f"fail_on_regression could not be checked: {why_not}"]
+    unchecked = [f"fail_on_regression could not be checked: {why_not}"] if why_not else []
     if not isinstance(comparison, Comparison) or rule.fail_on is None:
-        return []
+        return unchecked if rule.fail_on is not None else []
     why = "significantly" if rule.fail_on == "significant" else "worse"
-    return [f"{e.evaluator} [link {e.link_index}] regressed ({why}) against the previous run: "
+    return unchecked + [f"{e.evaluator} [link {e.link_index}] regressed ({why}) against the previous run: "
             + said(e, rule) for e in comparison.evaluators if rule.fails(e)]

@@ -158,6 +158,14 @@ def _verdict_lines(comparison: Comparison, rule: Rule) -> list[str]:
         if moved:
             out.append(f"**{word.capitalize()}**: " + "; ".join(
                 said(e, rule).split(": ", 1)[1].join([f"{e.evaluator} (", ")"]) for e in moved))
+    if comparison.unjudged_b:  # said first: a judge down all night is no "Unchanged"
+        out.insert(0, "**Not compared**: no verdict this run from "
+                   + ", ".join(comparison.unjudged_b)
+                   + " (every evaluation unscored: a judge that did not answer).")
+    if comparison.only_evaluators_a or comparison.only_evaluators_b:
+        out.append("**Not compared** (in one run only): previous "
+                   f"{', '.join(comparison.only_evaluators_a) or 'none'}; this run "
+                   f"{', '.join(comparison.only_evaluators_b) or 'none'}.")
     return out or ["**Unchanged**: no evaluator got worse or better."]
 
 
@@ -175,6 +183,7 @@ def headline(comparison: Comparison | str, rule: Rule | None = None) -> str:
         return "no previous run to compare with"
     rule = rule or Rule()
     parts = [said(e, rule) for e in comparison.evaluators]
+    parts += [f"{name} not compared: no verdict this run" for name in comparison.unjudged_b]
     return "vs previous: " + ("; ".join(parts) or "no paired evaluations")
 
 
