@@ -290,3 +290,26 @@ def test_status_and_down_say_where_they_looked(tmp_path: Path) -> None:
     assert f"no stack recorded in {tmp_path / 'h'} (--home: where `server up` ran)" in status_.stdout
     down_ = CliRunner().invoke(app, ["server", "down", "--home", str(tmp_path / "h")])
     assert down_.exit_code == 0 and f"nothing to stop: no stack recorded in {tmp_path / 'h'}" in down_.stdout
+
+
+def test_a_recorded_pid_now_anothers_is_never_signalled(tmp_path: Path) -> None:
+    """After a reboot (or a pid reused), the stack's recorded pids may be other processes:
+    status said them running and `down` killed their process groups."""
+    from patronus_tasks.prefect.server.stack import Stack, down, status, up_again
+    from patronus_tasks.prefect.server.stack.processes import Proc, identity
+
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ours = Proc("worker", stranger.pid, started="an-earlier-boot:12345")
+        Stack("http://127.0.0.1:1/api", "http://127.0.0.1:1", str(tmp_path), [ours]).save()
+        assert [(s.role, s.running) for s in status(tmp_path) or []] == [("worker", False)]
+        stopped: list[Any] = []
+        down(tmp_path, on_stopped=stopped.append)
+        assert stranger.poll() is None and not stopped[0].was_running  # not signalled
+        Stack("http://127.0.0.1:1/api", "http://127.0.0.1:1", str(tmp_path), [ours]).save()
+        assert up_again(tmp_path, tmp_path) is None and Stack.load(tmp_path) is None  # afresh
+        assert stranger.poll() is None
+        assert Proc("worker", stranger.pid, started=identity(stranger.pid)).running()
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -97,8 +97,9 @@ def server_down(home: Home = Path(".prefect")) -> None:
 
 
 def _print_stopped(stopped: Stopped) -> None:
-    how = (f"killed after {stopped.seconds:.0f} s (it did not stop when asked)" if stopped.killed
-           else f"stopped in {stopped.seconds:.1f} s")
+    how = ("was not running (nothing signalled)" if not stopped.was_running
+           else f"killed after {stopped.seconds:.0f} s (it did not stop when asked)"
+           if stopped.killed else f"stopped in {stopped.seconds:.1f} s")
     typer.echo(f"  {stopped.proc.role:<12} {stopped.proc.pid:>8}  {how}")
 
 

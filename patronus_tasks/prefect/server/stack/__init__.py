@@ -150,14 +150,18 @@ def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topo
 
 
 def up_again(home: Path, project: Path) -> list[Proc] | None:
-    """`up` where a stack is recorded: None when none is; otherwise the workers started
-    again (none: it all runs). A dead worker is only a worker (the server keeps every run):
-    it is started again where it ran. Anything else stopped is the user's to look at
-    (its log) before `server down` and `up`: a `ConfigError` naming it."""
+    """`up` where a stack is recorded: None when none is (or none of it runs: then it is
+    forgotten, as by `down`); otherwise the workers started again (none: it all runs).
+    A dead worker is only a worker (the server keeps every run): it is started again
+    where it ran. Anything else stopped is the user's to look at (its log) before
+    `server down` and `up`: a `ConfigError` naming it."""
     stack = Stack.load(home.resolve())
     if stack is None:
         return None
     stopped = [p for p in stack.procs if not _running(p)]
+    if len(stopped) == len(stack.procs):  # none runs (a reboot): start afresh, as after `down`
+        down(home)
+        return None
     others = [p for p in stopped if p.role != "worker"]
     if others:
         named = ", ".join(f"{p.role} (pid {p.pid}, log {p.log})" if p.pid else f"{p.role} ({p.url})"
@@ -274,7 +278,7 @@ def status(home: Path) -> list[ProcStatus] | None:
 
 def _running(proc: Proc) -> bool:
     if not proc.external:
-        return alive(proc.pid)
+        return proc.running()
     parts = urlsplit(proc.url)  # a given server: does it take connections?
     default = 5432 if proc.role == "postgres" else 6379
     return bool(parts.hostname) and answers(parts.hostname or "", parts.port or default)

@@ -34,10 +34,30 @@ class Proc:
     stop_signal: int = signal.SIGTERM
     signal_group: bool = True
     nice: int = 0  # steps below normal CPU priority
+    #: The boot and start time of the process `spawn` started (`identity`): a pid alive
+    #: with another is another process (after a reboot, or the pid reused), never ours
+    #: to report running or to signal. "": not known (a stack recorded before it).
+    started: str = ""
 
     @property
     def external(self) -> bool:
         return self.pid is None
+
+    def is_ours(self) -> bool:
+        """The recorded pid is still the process started as this one."""
+        return not self.started or self.pid is None or identity(self.pid) == self.started
+
+    def running(self) -> bool:
+        return alive(self.pid) and self.is_ours()
+
+
+def identity(pid: int) -> str:
+    """``pid``'s boot and start time (Linux's /proc: they tell a reused pid apart), or ""."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{Path(f'/proc/{pid}/stat').read_text().rpartition(')')[2].split()[19]}"
+    except (OSError, IndexError):
+        return ""
 
 
 def spawn(proc: Proc, env: dict[str, str], cwd: Path, nice: int = 0) -> Proc:
@@ -48,6 +68,7 @@ def spawn(proc: Proc, env: dict[str, str], cwd: Path, nice: int = 0) -> Proc:
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, preexec_fn=_niceness(nice))
     proc.pid = child.pid
+    proc.started = identity(child.pid)
     return proc
 
 
@@ -100,13 +121,15 @@ class Stopped:
     proc: Proc
     seconds: float
     killed: bool
+    was_running: bool = True  # False: it had stopped already (nothing was signalled)
 
 
 def stop(proc: Proc, grace: float = 15.0) -> Stopped:
     """Ask ``proc`` to stop, kill its whole process group if still up after ``grace``."""
     began = time.monotonic()
-    if proc.pid is None:
-        return Stopped(proc, 0.0, False)
+    if proc.pid is None or (alive(proc.pid) and not proc.is_ours()):  # its pid another's now
+        return Stopped(proc, 0.0, False, was_running=False)
+    was_running = alive(proc.pid)  # dead: what is left of its group is still killed below
     with contextlib.suppress(ProcessLookupError):
         (os.killpg if proc.signal_group else os.kill)(proc.pid, proc.stop_signal)
     while alive(proc.pid) and time.monotonic() < began + grace:
@@ -121,7 +144,7 @@ def stop(proc: Proc, grace: float = 15.0) -> Stopped:
     # died (a killed PostgreSQL's backends would keep its shared memory from a new one).
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    return Stopped(proc, time.monotonic() - began, killed)
+    return Stopped(proc, time.monotonic() - began, killed, was_running)
 
 
 def group(pgid: int) -> list[int]:
