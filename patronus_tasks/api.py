@@ -108,6 +108,7 @@ def _finished(experiment: Experiment, wanted: dict[str, bool]) -> None:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    _background.stopped_by.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -515,3 +515,6 @@ def test_a_judge_that_never_answered_is_not_compared_and_fails_the_gates(results
     assert note.failures[0].startswith("fail_on_regression could not be checked: no verdict this "
                                        "run from faithful")
     assert _verdict_lines(result, Rule())[0].startswith("**Not compared**: no verdict this run")
+    back = compare_experiments(down, good)  # the judge answers again the next night
+    assert back.unjudged_a == ["faithful"] and not judge(good.summary(), back, Rule()).failures
+    assert "no verdict last run from faithful (back this run)" in _verdict_lines(back, Rule())[0]

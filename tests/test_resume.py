@@ -288,10 +288,14 @@ def test_sigterm_flushes_and_marks_the_flow_run_cancelled(tmp_path: Path,
          "from prefect.client.orchestration import get_client\n"
          "async def main():\n"
          "    async with get_client() as c:\n"
-         "        print((await c.read_flow_run(sys.argv[1])).state.type.value)\n"
+         "        state = (await c.read_flow_run(sys.argv[1])).state\n"
+         "        print(state.message)\n"
+         "        print(state.type.value)\n"
          "asyncio.run(main())", manifest["flow_run_id"]],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert count.stdout.strip().splitlines()[-1] == "CANCELLED", count.stderr[-2000:]
+    # said as a person says it (it was "interrupted: CancelledError()")
+    assert "interrupted: stopped by SIGTERM after 3 of 8 rows" in count.stdout, count.stdout
 
 
 def test_a_new_run_never_writes_into_a_stopped_runs_folder(results_dir: Path) -> None:

@@ -177,6 +177,11 @@ class Afterwards:
         return self._done.wait(timeout)
 
 
+#: The signal that stopped this process's rows, once one did (`api` turns SIGTERM into an
+#: interrupt; in the rows' event loop it arrives as a cancellation, which names none).
+stopped_by: list[str] = []
+
+
 def say(text: str) -> None:
     """A line for the person running the experiment (stderr: stdout is theirs)."""
     console_print(f"patronus-tasks: {text}", sys.stderr)

@@ -21,6 +21,7 @@ from patronus_tasks.prefect.runs.opening import opening, parent_run
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.record.manifest_file import ManifestFile
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.run import background as _background
 from patronus_tasks.run.background import WaitLine
 from patronus_tasks.run.loop import RunTotals
 from patronus_tasks.run.spec import ExperimentSpec
@@ -65,7 +66,10 @@ class RecorderKeeper:
         self.backend = Recorded(self.recording, spec.record)
 
     def interrupted(self, exc: BaseException) -> None:
-        self.recording.close(Closing(self.recording.key, "interrupted", why=repr(exc)))
+        total = len(self.spec.dataset) * self.spec.repeats
+        why = (f"{_stopped_by(exc)} after {self.tally.rows} of {total} rows (they are kept: "
+               "resume=True goes on with the rest)")
+        self.recording.close(Closing(self.recording.key, "interrupted", why=why))
 
     def experiment(self) -> Experiment:
         """The experiment, returned while Prefect catches up with its records."""
@@ -94,3 +98,14 @@ def _waiting(recording: Recording, line: WaitLine) -> None:
     what = recording.describe()
     logger.info("waiting for %s", what)
     line.say(what)
+
+
+def _stopped_by(exc: BaseException) -> str:
+    """What stopped the rows, as a person says it (it was ``CancelledError()``)."""
+    if _background.stopped_by:
+        return f"stopped by {_background.stopped_by[-1]}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped by Ctrl-C"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled (Ctrl-C, or its flow run cancelled)"
+    return f"stopped by {type(exc).__name__}: {exc}"

@@ -162,6 +162,9 @@ def _verdict_lines(comparison: Comparison, rule: Rule) -> list[str]:
         out.insert(0, "**Not compared**: no verdict this run from "
                    + ", ".join(comparison.unjudged_b)
                    + " (every evaluation unscored: a judge that did not answer).")
+    if comparison.unjudged_a:  # back after a night with no verdict: no "Unchanged" either
+        out.append("**Not compared**: no verdict last run from "
+                   + ", ".join(comparison.unjudged_a) + " (back this run).")
     if comparison.only_evaluators_a or comparison.only_evaluators_b:
         out.append("**Not compared** (in one run only): previous "
                    f"{', '.join(comparison.only_evaluators_a) or 'none'}; this run "
