@@ -20,7 +20,7 @@ beside the results); ``repeats=N`` runs every question N times.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow
 from prefect.states import State
@@ -92,7 +92,8 @@ METRICS = [result_rows, accuracy_by("category", evaluator="result_matches_gold")
 def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str = "text-to-sql",
                      experiment_name: str | None = None, max_concurrency: int = 8,
                      results_dir: str | None = None,
-                     fail_on_regression: bool = False, cache: bool = False, repeats: int = 1,
+                     fail_on_regression: bool | Literal["significant", "worse"] = False,
+                     cache: bool = False, repeats: int = 1,
                      min_f1: float | None = None, resume: bool = False) -> State:
     """Evaluate the dataset's SQL against the gold answers; return the run's manifest
     (the flow run ends Completed with the experiment's figures as its message, so the
@@ -113,8 +114,9 @@ def text_to_sql_eval(dataset: str = "datasets/text_to_sql.jsonl", project: str =
         results_dir: Where the Parquet results go: a folder (relative to the working
             directory) or an object-storage URL (`s3://bucket/prefix`); empty for
             `$PATRONUS_TASKS_RESULTS_DIR`, else `./results`.
-        fail_on_regression: Fail the run when it does significantly worse than the
-            previous run of its series (McNemar's test, p < 0.05).
+        fail_on_regression: Fail the run when it does worse than the previous run of
+            its series: true or "significant" (McNemar's test, p < 0.05), "worse" (its
+            pass rate fell 5 points or more, or more rows got worse than better).
         cache: Answer each step from the cache (`.cache` in the results directory) when
             it got exactly the same inputs before, and store new answers there.
         repeats: Run every question this many times (pass@k, pass^k, rows that flip).

@@ -130,6 +130,9 @@ def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
         assert len(prop.get("description", "")) > 15, name
     assert deployment.parameters["dataset"] == "datasets/text_to_sql.jsonl"
     assert schema["dataset"]["default"] == "datasets/text_to_sql.jsonl"
+    # the gate's two rules from the run form or --param: true / "significant", or "worse"
+    assert {"type": "boolean"} in schema["fail_on_regression"]["anyOf"]
+    assert {"enum": ["significant", "worse"], "type": "string"} in schema["fail_on_regression"]["anyOf"]
 
 
 def test_nightly_schedules_create_runs(stack: Stack) -> None:
