@@ -518,3 +518,20 @@ def test_a_judge_that_never_answered_is_not_compared_and_fails_the_gates(results
     back = compare_experiments(down, good)  # the judge answers again the next night
     assert back.unjudged_a == ["faithful"] and not judge(good.summary(), back, Rule()).failures
     assert "no verdict last run from faithful (back this run)" in _verdict_lines(back, Rule())[0]
+
+
+def test_the_paired_interval_agrees_with_the_exact_test_on_few_rows() -> None:
+    """3 of 9 rows worse, none better: McNemar's exact p is 0.25, and the interval (Agresti
+    and Min 2005: half a pair added to each cell) holds 0; the Wald interval it replaces,
+    [-64.1%, -2.5%], did not."""
+    import math
+
+    from patronus_tasks.results.stats import mcnemar, paired_pass_ci
+
+    lo, hi = paired_pass_ci(3, 0, 9, 0.95)
+    b, c, n = 3.5, 0.5, 11  # the paper's adjustment, worked by hand
+    half = 1.96 * math.sqrt(b + c - (c - b) ** 2 / n) / n
+    assert (lo, hi) == pytest.approx(((c - b) / n - half, (c - b) / n + half))
+    assert lo < 0 < hi and mcnemar(3, 0)[1] == pytest.approx(0.25)
+    lo, hi = paired_pass_ci(30, 0, 90, 0.95)  # ten times the rows: clearly worse
+    assert hi < 0

@@ -15,7 +15,6 @@ dataset-level metrics, are set side by side.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +25,10 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.stats import bootstrap, mcnemar, paired_pass_ci
 from patronus_tasks.results.store import load_pair
 from patronus_tasks.results.summary import unscored_mask
 from patronus_tasks.results.usage import total_cost, usage_totals
-
-_Z = {0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
 
 
 @dataclass(frozen=True)
@@ -208,34 +206,6 @@ def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
     return lines
 
 
-def mcnemar(b: int, c: int) -> tuple[float, float]:
-    """McNemar's test: the continuity-corrected chi-square and the exact two-sided p."""
-    n = b + c
-    if n == 0:
-        return 0.0, 1.0
-    statistic = (abs(b - c) - 1) ** 2 / n
-    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
-    return statistic, min(1.0, 2 * tail)
-
-
-def _paired_pass_ci(b: int, c: int, n: int, level: float) -> tuple[float, float]:
-    diff = (c - b) / n
-    se = math.sqrt(max(b + c - (c - b) ** 2 / n, 0.0)) / n
-    z = _Z.get(level, 1.96)
-    return diff - z * se, diff + z * se
-
-
-def _bootstrap(diffs: np.ndarray, level: float, n_boot: int, seed: int) -> tuple[tuple[float, float], float]:
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(diffs), size=(n_boot, len(diffs)))
-    means = diffs[idx].mean(axis=1)
-    alpha = (1 - level) / 2
-    ci = (float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha)))
-    centred = means - diffs.mean()
-    p = float((np.abs(centred) >= abs(diffs.mean()) - 1e-12).mean())
-    return ci, p
-
-
 _OUTCOME = ["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "score",
             "text_output"]
 
@@ -295,7 +265,7 @@ def _mean_verdicts(verdicts: pd.DataFrame, level: float, n_boot: int,
                    seed: int) -> dict[str, object]:
     """Rows' pass shares compared: a paired bootstrap of their mean difference."""
     diffs = (verdicts["passed_b"] - verdicts["passed_a"]).to_numpy(dtype=float)
-    ci, p = _bootstrap(diffs, level, n_boot, seed)
+    ci, p = bootstrap(diffs, level, n_boot, seed)
     return {"pass_rate_a": float(verdicts["passed_a"].mean()),
             "pass_rate_b": float(verdicts["passed_b"].mean()), "pass_diff": float(diffs.mean()),
             "pass_diff_ci": ci, "pass_p": p}
@@ -317,14 +287,14 @@ def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: 
         stat, p = mcnemar(b, c)
         fields.update(pass_rate_a=float(pa_.mean()), pass_rate_b=float(pb_.mean()),
                       pass_diff=float(pb_.mean() - pa_.mean()),
-                      pass_diff_ci=_paired_pass_ci(b, c, len(verdicts), level),
+                      pass_diff_ci=paired_pass_ci(b, c, len(verdicts), level),
                       mcnemar_b=b, mcnemar_c=c, mcnemar_statistic=stat, mcnemar_p=p)
         regressed = verdicts.loc[(pa_ & ~pb_).to_numpy(), "sid"].tolist()
         improved = verdicts.loc[(~pa_ & pb_).to_numpy(), "sid"].tolist()
     scores = g.dropna(subset=["score_a", "score_b"])
     if len(scores):
         diffs = (scores["score_b"] - scores["score_a"]).to_numpy(dtype=float)
-        ci, p = _bootstrap(diffs, level, n_boot, seed)
+        ci, p = bootstrap(diffs, level, n_boot, seed)
         fields.update(mean_a=float(scores["score_a"].mean()), mean_b=float(scores["score_b"].mean()),
                       mean_diff=float(diffs.mean()), mean_diff_ci=ci, score_p=p)
         if not len(verdicts):  # no pass/fail: a lower score is the regression
