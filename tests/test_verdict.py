@@ -85,6 +85,22 @@ def test_no_evaluator_in_both_runs_is_not_compared_and_fails_a_gate() -> None:
     assert "Not compared (in one run only): A exact; B exact_match" in renamed.format()
 
 
+def test_errors_name_a_night_only_when_there_are_more_than_before() -> None:
+    """A dataset's known bad row named every night "Errors", so no night read "Unchanged"
+    or "Improved"; the errors tag still says there were some."""
+    same = Comparison("night-1", "night-2", [moved("judge", 0.6, 0.6, 0, 0)], 0, 0,
+                      errors_a=1, errors_b=1)
+    note = judge(summary(errors=1), same, Rule())
+    assert (note.name, note.tags) == ("Unchanged", ["errors"])
+    better = Comparison("night-1", "night-2", [moved("judge", 0.6, 0.7, 0, 2)], 0, 0,
+                        errors_a=1, errors_b=1)
+    assert judge(summary(errors=1), better, Rule()).name == "Improved"
+    more = Comparison("night-1", "night-2", [moved("judge", 0.6, 0.6, 0, 0)], 0, 0,
+                      errors_a=1, errors_b=3)
+    assert judge(summary(errors=3), more, Rule()).name == "Errors"
+    assert judge(summary(errors=1), "This is the first run of its series.", Rule()).name == "Errors"
+
+
 def test_options_that_set_the_rule() -> None:
     rule = rule_of({"judge": 0.1, "*": 0.02}, "worse")
     assert (rule.drop, rule.drop_for("judge"), rule.fail_on) == (0.02, 0.1, "worse")

@@ -92,6 +92,10 @@ class Comparison:
     #: its evaluations unscored: a judge that did not answer all night).
     unjudged_a: list[str] = field(default_factory=list)
     unjudged_b: list[str] = field(default_factory=list)
+    #: Records that errored in each run (a task's, an evaluator's): the verdict is named
+    #: "Errors" only when there are more than before (a known bad row is no news nightly).
+    errors_a: int | None = None
+    errors_b: int | None = None
 
     @property
     def cost_a(self) -> float | None:
@@ -360,6 +364,8 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
                       only_evaluators_b=sorted(names_b - names_a),
                       unjudged_a=sorted(both & judged_b - judged_a),
                       unjudged_b=sorted(both & judged_a - judged_b),
+                      errors_a=int((dfa["status"] == STATUS_ERROR).sum()),
+                      errors_b=int((dfb["status"] == STATUS_ERROR).sum()),
                       datasets_differ=None not in hashes and len(hashes) > 1,
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),

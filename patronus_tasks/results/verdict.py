@@ -141,7 +141,8 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     errors = summary.task_errors + summary.evaluator_errors
     unknown = ("Not compared" if _not_compared(comparison) else "First run"
                if isinstance(comparison, str) else "Completed")
-    name = ("Gate failed" if failures else "Regressed" if worse else "Errors" if errors
+    name = ("Gate failed" if failures else "Regressed" if worse
+            else "Errors" if errors and _more_errors(comparison)
             else "Improved" if better else "Unchanged" if evaluators else unknown)
     tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
     tags += ["gate-failed"] if failures else []
@@ -161,6 +162,15 @@ def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
         head += "quality gate failed: " + "; ".join(failures) + ". "
     moved = [said(e, rule) for e in (*worse, *better)]
     return head + ("; ".join(moved) + ". " if moved else "") + summary.headline()
+
+
+def _more_errors(comparison: Comparison | str | None) -> bool:
+    """Whether this run errored more than the previous one (none, or not known: taken as
+    more). A dataset's known bad row named every night "Errors", hiding "Unchanged" or
+    "Improved"; the ``errors`` tag still says there were some."""
+    if not isinstance(comparison, Comparison) or None in (comparison.errors_a, comparison.errors_b):
+        return True
+    return (comparison.errors_b or 0) > (comparison.errors_a or 0)
 
 
 def _not_compared(comparison: Comparison | str | None) -> str | None:
