@@ -360,3 +360,22 @@ def test_a_judge_stopped_by_its_timeout_is_shown_timed_out() -> None:
     assert _failed("JudgeError", "evaluator 'j' timed out after 2 s (timeout_seconds): no verdict"
                    ).name == "TimedOut"
     assert _failed("JudgeError", "judge 'm' refused: 'no'").name == "Failed"
+
+
+def test_a_second_run_of_a_name_is_tagged_and_linked_apart(results_dir: Path) -> None:
+    """Two runs named try-1 (folders try-1 and try-1-2) carried one experiment tag, so the
+    findings link of either listed both runs' findings (18 for 9)."""
+    from patronus_tasks.execute.setup import make_spec
+    from patronus_tasks.prefect.ui import links
+
+    first = run_experiment("tags", data=DATA, evaluators=matches, experiment_name="try-1",
+                           backend="local", results_dir=results_dir, print_summary=False,
+                           html_report=False)
+    spec = make_spec("tags", data=DATA, evaluators=matches, experiment_name="try-1",
+                     results_dir=results_dir)
+    assert spec.out_dir.name == "try-1-2" and "run:try-1-2" in spec.prefect_tags
+    assert "experiment:try-1" in spec.prefect_tags
+    second = run_experiment("tags", data=DATA, evaluators=matches, experiment_name="try-1",
+                            backend="local", results_dir=results_dir, print_summary=False,
+                            html_report=False)
+    assert "tag=run%3Atry-1-3" in links.findings(second) and "run%3A" not in links.findings(first)

@@ -17,7 +17,6 @@ import base64
 import itertools
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from patronus_tasks.define.names import safe_name
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
@@ -45,12 +45,6 @@ PREVIOUS_FILE = "previous.parquet"  # what a resumed run started from (see recor
 MANIFEST_FILE = "manifest.json"
 PARTS_DIR = "parts"
 METADATA_KEY = b"patronus_tasks"
-
-
-def safe_name(name: str) -> str:
-    """A file-system-safe version of ``name``: no separators, no leading dots."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
-    return cleaned[:120] or "unnamed"
 
 
 def experiment_dir(results_dir: Path | Location, project: str, experiment: str) -> Location:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from patronus_tasks.define.chain import Link
 from patronus_tasks.define.dataset import Dataset
 from patronus_tasks.define.metrics import Metric
+from patronus_tasks.define.names import run_tag
 from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator, Task
 from patronus_tasks.record.cache import Cache, CallCache, open_cache
@@ -79,8 +80,9 @@ class ExperimentSpec:
 
     @property
     def prefect_tags(self) -> list[str]:
+        run = run_tag(self.out_dir.name, self.experiment_name)
         return [f"project:{self.project_name}", f"experiment:{self.experiment_name}",
-                *(f"{k}:{v}" for k, v in self.tags.items())]
+                *([run] if run else []), *(f"{k}:{v}" for k, v in self.tags.items())]
 
     def steps(self) -> list[Task | Evaluator]:
         """Every task and evaluator of the chain, each once."""

@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Iterable
 from urllib.parse import urlencode, urlparse
 
+from patronus_tasks.define.names import run_tag
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.invocation import call_name
@@ -53,9 +54,10 @@ def task_runs(experiment: Experiment, tags: Iterable[str] = (),
               states: Iterable[str] = ()) -> str:
     """The UI's list of the experiment's task runs with all of ``tags`` and one of
     ``states`` (state names)."""
+    run = run_tag(experiment.location.name, experiment.name)
     query = [("tab", "task-runs"), *(("tag", t) for t in tags),
-             ("tag", f"experiment:{experiment.name}"), *(("state", s) for s in states),
-             *_window(experiment)]
+             ("tag", f"experiment:{experiment.name}"), *([("tag", run)] if run else []),
+             *(("state", s) for s in states), *_window(experiment)]
     return f"{ui_prefix()}/runs?{urlencode(query)}"
 
 
