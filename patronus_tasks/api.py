@@ -22,7 +22,7 @@ from typing_extensions import Unpack
 from patronus_tasks.define.dataset import DataInput, aload_data
 from patronus_tasks.exceptions import QualityGateError
 from patronus_tasks.execute.run import run_kept
-from patronus_tasks.execute.setup import make_spec
+from patronus_tasks.execute.setup import make_spec, release_claim
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import background as _background
 from patronus_tasks.run import observers
@@ -90,6 +90,9 @@ async def arun_experiment(project_name: str, *, data: DataInput | None = None,
         experiment = await _run(spec)
     except QualityGateError as exc:
         _finished(exc.experiment, wanted)  # type: ignore[arg-type]
+        raise
+    except BaseException:
+        release_claim(spec.out_dir)  # a step's setup failed before any row: nothing written
         raise
     finally:
         for step in steps:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -337,6 +339,37 @@ def test_runs_of_one_name_started_at_once_claim_a_folder_each(tmp_path: Path) ->
     gone.wait()
     (tmp_path / "p" / "n-2" / CLAIM_FILE).write_text(str(gone.pid))  # a setup that failed
     assert _free_dir(root, "p", "n").name == "n-2"  # taken again
+    assert _free_dir(root, "p", "n").name == "n-3"  # and n-2 is ours now: held
+    elsewhere = tmp_path / "p" / "n-3" / CLAIM_FILE  # another host's claim (a shared folder)
+    elsewhere.write_text(f"{gone.pid}@another-host")
+    assert _free_dir(root, "p", "n").name == "n-4"  # never taken over from here
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # ended, not waited for
     until(lambda: not process_alive(zombie.pid), "the ended child counted gone", 10)
     zombie.wait()
+
+
+def test_a_setup_that_fails_gives_its_folder_back(results_dir: Path) -> None:
+    """A run whose setup failed (a bad option) kept its claimed folder: the corrected
+    retry went to name-2, and a resume then stopped at the empty folder ("nothing to
+    resume")."""
+    from patronus_tasks.execute.setup import _runs_of
+    from patronus_tasks.record.location import Location
+
+    @evaluator
+    def ok(evaluated_model_output: str) -> bool:
+        return True
+
+    options: dict[str, Any] = {"evaluators": [ok], "experiment_name": "nightly",
+                               "backend": "local", "results_dir": results_dir,
+                               "print_summary": False, "html_report": False}
+    data = [{"evaluated_model_output": "a"}]
+    with pytest.raises(ConfigError):
+        run_experiment("p", data=data, metadata={"x": object()}, **options)
+    assert run_experiment("p", data=data, **options).location.name == "nightly"
+    held = results_dir / "p" / "nightly-2"  # claimed, nothing written yet (a run starting)
+    held.mkdir()
+    (held / ".claimed").write_text(f"{os.getpid()}@{socket.gethostname()}")
+    third = run_experiment("p", data=data, **options)
+    assert third.location.name == "nightly-3"
+    found = _runs_of(Location.of(results_dir), "p", "nightly")
+    assert [f.name for f in found] == ["nightly", "nightly-3"]  # the gap is no end

@@ -3,12 +3,15 @@ resolved (Prefect and prefect-dask looked for), an earlier run found to resume."
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import multiprocessing
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from typing_extensions import Unpack
@@ -109,27 +112,58 @@ def _used(path: Location) -> bool:
 
 def _claim(path: Location) -> bool:
     """Claim a local folder: its claim file is made only where none is (one process of
-    several wins), or where the one that made it is gone before writing its manifest.
-    On object storage, which has no such create, a folder with no manifest is taken."""
+    several wins), or where the one that made it is gone (on this host) before writing
+    its manifest. On object storage, which has no such create, a folder with no manifest
+    is taken."""
     if path.local is None:
         return True
     claim = path.local / CLAIM_FILE
     try:
         path.local.mkdir(parents=True, exist_ok=True)
         with claim.open("x") as out:
-            out.write(str(os.getpid()))
+            out.write(_claimer())
         return True
     except FileExistsError:
-        if not claim.is_file():  # a file where the folder would be: the next name
-            return False
-        holder = claim.read_text().strip()
-        if holder.isdigit() and not process_alive(int(holder)):  # its setup failed, or it was killed
-            claim.write_text(str(os.getpid()))
-            return True
-        return False
+        return _take_over(claim)
     except OSError:  # not writable: `make_writable` says so, naming results_dir=
         return True
 
+
+#: Who claims: this process on this host (a folder shared between hosts, on NFS, holds
+#: other hosts' claims, never taken over from here).
+def _claimer() -> str:
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def _take_over(claim: Path) -> bool:
+    """Take a claim whose process is gone, renaming it away first: of several processes
+    that saw it dead, one rename succeeds (a read and a write let two take it)."""
+    if not claim.is_file():  # a file where the folder would be: the next name
+        return False
+    pid, _, host = claim.read_text().strip().partition("@")
+    if not pid.isdigit() or host not in ("", socket.gethostname()) or process_alive(int(pid)):
+        return False
+    taken = claim.with_name(f"{CLAIM_FILE}.{os.getpid()}")
+    try:
+        os.rename(claim, taken)
+        taken.unlink()
+        with claim.open("x") as out:
+            out.write(_claimer())
+    except OSError:  # another process took it first
+        return False
+    return True
+
+
+def release_claim(path: Location) -> None:
+    """Give back this process's claim on a folder it wrote nothing to (its setup failed):
+    a corrected retry gets the same folder, and a resume finds the runs after it."""
+    if path.local is None or (path / _parquet.MANIFEST_FILE).exists():
+        return
+    claim = path.local / CLAIM_FILE
+    with contextlib.suppress(OSError):
+        if claim.read_text().strip() == _claimer():
+            claim.unlink()
+            path.local.rmdir()  # only when empty
 
 
 def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
@@ -137,8 +171,10 @@ def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
     base = _parquet.experiment_dir(results_dir, project, name)
     found, n = [], 1
     path = base
-    while (path / _parquet.MANIFEST_FILE).exists():
-        found.append(path)
+    # A folder claimed and left empty (a setup that failed) is no run, and no end either.
+    while (path / _parquet.MANIFEST_FILE).exists() or (path.local is not None and path.local.is_dir()):
+        if (path / _parquet.MANIFEST_FILE).exists():
+            found.append(path)
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return found
@@ -296,20 +332,25 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
         if earlier is None:  # said: a resume that quietly ran every row again paid for every call
             say(f"nothing to resume: no earlier run of {project_name}/{name} under {root}; "
                 "every row runs (as a new experiment)")
-    spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
-                          concurrency, earlier or _free_dir(root, project_name, name), kind,
-                          fail_on_error=o["fail_on_error"],
-                          min_pass_rates=given_gates(o["min_pass_rates"], _evaluator_names(links)),
-                          task_runner=task_runner, dask_address=o["dask_address"],
-                          on_progress=o["on_progress"], series=o["series"],
-                          fail_on_regression=rule.fail_on is not None, rule=rule,
-                          reporters=(*(o["reporters"] or ()), *_otel.reporters()), record=o["record"],
-                          html_report=bool(o["html_report"]), repeats=repeats,
-                          cache=cache_setting(o["cache"]), results_root=root,
-                          prices=PriceTable(o["prices"]), metrics=metrics,
-                          min_metrics=min_metrics, given_min_metrics=given_metric_gates(),
-                          metadata=_check_metadata(o["metadata"]))
-    if earlier is not None:
-        spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
-    _parquet.make_writable(spec.out_dir)
+    out_dir = earlier or _free_dir(root, project_name, name)
+    try:
+        spec = ExperimentSpec(project_name, name, dataset, links, _check_tags(o["tags"]),
+                              concurrency, out_dir, kind,
+                              fail_on_error=o["fail_on_error"],
+                              min_pass_rates=given_gates(o["min_pass_rates"], _evaluator_names(links)),
+                              task_runner=task_runner, dask_address=o["dask_address"],
+                              on_progress=o["on_progress"], series=o["series"],
+                              fail_on_regression=rule.fail_on is not None, rule=rule,
+                              reporters=(*(o["reporters"] or ()), *_otel.reporters()), record=o["record"],
+                              html_report=bool(o["html_report"]), repeats=repeats,
+                              cache=cache_setting(o["cache"]), results_root=root,
+                              prices=PriceTable(o["prices"]), metrics=metrics,
+                              min_metrics=min_metrics, given_min_metrics=given_metric_gates(),
+                              metadata=_check_metadata(o["metadata"]))
+        if earlier is not None:
+            spec = _resumed(spec, earlier, "retry" if o["retry_errors"] else "resume")
+        _parquet.make_writable(spec.out_dir)
+    except BaseException:  # nothing written: the folder goes back
+        release_claim(out_dir)
+        raise
     return spec
