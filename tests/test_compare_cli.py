@@ -535,3 +535,55 @@ def test_the_paired_interval_agrees_with_the_exact_test_on_few_rows() -> None:
     assert lo < 0 < hi and mcnemar(3, 0)[1] == pytest.approx(0.25)
     lo, hi = paired_pass_ci(30, 0, 90, 0.95)  # ten times the rows: clearly worse
     assert hi < 0
+
+
+def test_crashes_judges_and_texts_across_repeats_and_links(results_dir: Path) -> None:
+    """A review's cases: a text evaluator with different repeats (pair='mean') crashed
+    compare with a KeyError; a task crash hid a judge that never answered; a crash in a
+    chain's first link dropped the row from the later links' evaluators."""
+    from patronus_tasks import task
+    from patronus_tasks.exceptions import JudgeError
+
+    @evaluator
+    def verdict_text(row: Row) -> str:
+        return "FAIL" if row.sid == "2" else "PASS"
+
+    data = [{"sid": str(i), "evaluated_model_output": "x"} for i in range(1, 4)]
+    once, twice = (run_experiment("rep", data=data, evaluators=[verdict_text],
+                                  experiment_name=f"r{n}", repeats=n, backend="local",
+                                  results_dir=results_dir, print_summary=False,
+                                  html_report=False) for n in (1, 2))
+    e = compare_experiments(once, twice).evaluators[0]
+    assert (e.changed, e.text_rows) == (["1", "2", "3"], 3)  # "PASS" against "PASS | PASS"
+
+    def night(crash: set[str], judge_down: bool, name: str) -> Any:
+        @task
+        def answer(row: Row) -> str:
+            if row.sid in crash:
+                raise RuntimeError("model API 500")
+            return "x"
+
+        @evaluator
+        def judge(evaluated_model_output: str) -> bool:
+            if judge_down:
+                raise JudgeError("judge endpoint down")
+            return True
+
+        @task
+        def follow_up(row: Row) -> str:
+            return "y"
+
+        @evaluator
+        def followed(evaluated_model_output: str) -> bool:
+            return evaluated_model_output == "y"
+
+        return run_experiment("chain", data=data, chain=[
+            {"task": answer, "evaluators": [judge]},
+            {"task": follow_up, "evaluators": [followed]}], experiment_name=name,
+            backend="local", results_dir=results_dir, print_summary=False, html_report=False)
+    good = night(set(), False, "good")
+    bad = night({"1"}, True, "bad")
+    result = compare_experiments(good, bad)
+    assert result.unjudged_b == ["judge"]  # the crash on row 1 is no judge's answer
+    later = {(x.link_index, x.evaluator): x for x in result.evaluators}[(1, "followed")]
+    assert "1" in later.regressed and later.paired == 3  # the chain stopped at link 0

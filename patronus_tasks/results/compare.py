@@ -56,6 +56,7 @@ class EvaluatorComparison:
     improved: list[str] = field(default_factory=list)
     #: An evaluator of texts only (no pass, no score): the rows whose text differs.
     changed: list[str] = field(default_factory=list)
+    text_rows: int = 0  # the rows (sample ids) whose texts were compared
 
     def regressed_significantly(self, alpha: float = 0.05) -> bool:
         """The pass rate fell with McNemar p < ``alpha`` (with no verdicts: the mean score
@@ -214,28 +215,33 @@ _OUTCOME = ["sid", "repeat", "link_index", "evaluator_name", "status", "pass", "
             "text_output"]
 
 
-def _judges(*experiments: Experiment) -> dict[int, list[str]]:
-    """Each link's evaluators, in either experiment (their manifests: a run whose every
-    task failed has no evaluator's record)."""
+def _judges(pairs: list[tuple[Experiment, pd.DataFrame]]) -> dict[int, list[str]]:
+    """Each link's evaluators, in either experiment: their manifests (a run whose every
+    task failed has no evaluator's record), and the records (an older manifest lists no
+    links)."""
     found: dict[int, list[str]] = {}
-    for e in experiments:
-        for index, link in enumerate(e.manifest.links):
-            names = found.setdefault(index, [])
-            names += [v.name for v in link.evaluators if v.name not in names]
+    for e, df in pairs:
+        named = [(i, v.name) for i, link in enumerate(e.manifest.links) for v in link.evaluators]
+        seen = df[df["evaluator_name"].notna()][["link_index", "evaluator_name"]]
+        for index, name in [*named, *seen.drop_duplicates().itertuples(index=False)]:
+            names = found.setdefault(int(index), [])
+            names += [] if name in names else [str(name)]
     return found
 
 
 def _task_failures(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
-    """A row whose task failed, as a failed evaluation by each evaluator of its link: a
-    crashed model is a regression, never a row left out of the comparison (it was: a run
-    whose every task failed compared as "same"). A task that returned None skipped the
-    row on purpose: not counted."""
+    """A row whose task failed, as a failed evaluation by each evaluator of its link and
+    of every later link (the chain stopped there): a crashed model is a regression, never
+    a row left out of the comparison (it was: a run whose every task failed compared as
+    "same"). A task that returned None skipped the row on purpose: not counted."""
     failed = df[df["evaluator_name"].isna() & (df["status"] == STATUS_ERROR)]
     return pd.DataFrame(
-        [{"sid": r.sid, "repeat": r.repeat, "link_index": r.link_index, "evaluator_name": name,
-          "status": STATUS_ERROR, "pass": None, "score": np.nan, "text_output": None}
+        [{"sid": r.sid, "repeat": r.repeat, "link_index": link, "evaluator_name": name,
+          "status": STATUS_ERROR, "pass": None, "score": np.nan, "text_output": None,
+          "crashed": True}
          for r in failed[["sid", "repeat", "link_index"]].itertuples()
-         for name in judges.get(int(r.link_index), [])], columns=_OUTCOME)
+         for link, names in judges.items() if link >= int(r.link_index) for name in names],
+        columns=[*_OUTCOME, "crashed"])
 
 
 def _outcomes(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
@@ -245,6 +251,7 @@ def _outcomes(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
     evals = df[df["evaluator_name"].notna() & df["status"].isin([STATUS_OK, STATUS_ERROR])
                & ~unscored_mask(df)]
     out = evals.reindex(columns=_OUTCOME).copy()  # text_output: absent from older files
+    out["crashed"] = False  # made from a failed task's row (`_task_failures`), not judged
     crashed = _task_failures(df, judges)
     if len(crashed):
         out = pd.concat([out.astype(object), crashed.astype(object)], ignore_index=True)
@@ -259,9 +266,12 @@ def _outcomes(df: pd.DataFrame, judges: dict[int, list[str]]) -> pd.DataFrame:
 
 def _row_means(o: pd.DataFrame) -> pd.DataFrame:
     """Each row's share of passed runs (of those with a verdict) and mean score."""
-    judged = o.assign(passed=o["passed"].astype(float).where(o["has_pass"]))
+    judged = o.assign(passed=o["passed"].astype(float).where(o["has_pass"]),
+                      text_output=o["text_output"].astype(object).where(o["text_output"].notna(), None))
     means = judged.groupby(["sid", "link_index", "evaluator_name"], sort=False).agg(
-        passed=("passed", "mean"), score=("score", "mean"), has_pass=("has_pass", "any"))
+        passed=("passed", "mean"), score=("score", "mean"), has_pass=("has_pass", "any"),
+        crashed=("crashed", "all"),  # texts: each row's, its runs' in order
+        text_output=("text_output", lambda t: " | ".join(map(str, t)) if t.notna().any() else None))
     return means.reset_index()
 
 
@@ -310,6 +320,7 @@ def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: 
         fields["changed"] = texts.loc[(texts["text_output_a"].astype(str)
                                        != texts["text_output_b"].astype(str)).to_numpy(),
                                       "sid"].drop_duplicates().tolist()
+        fields["text_rows"] = int(texts["sid"].nunique())
     return EvaluatorComparison(link_index=link, evaluator=name, paired=len(g),
                                regressed=list(dict.fromkeys(regressed)),
                                improved=list(dict.fromkeys(improved)), **fields)  # type: ignore[arg-type]
@@ -341,7 +352,7 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
     name: its latest run), as on the command line."""
     a, b = load_pair(a, b)
     dfa, dfb = a.to_dataframe(), b.to_dataframe()
-    judges = _judges(a, b)
+    judges = _judges([(a, dfa), (b, dfb)])
     oa, ob = _outcomes(dfa, judges), _outcomes(dfb, judges)
     pairing = _pairing(oa, ob, pair)
     keys = ["sid", "link_index", "evaluator_name"]
@@ -380,7 +391,8 @@ def _configured(e: Experiment, outcomes: pd.DataFrame) -> set[str]:
 
 def _judged(outcomes: pd.DataFrame) -> set[str]:
     """The evaluators that gave a verdict or a score (an error counts: not passed)."""
-    judged = outcomes["has_pass"].astype(bool) | outcomes["score"].notna()
+    judged = (outcomes["has_pass"].astype(bool) | outcomes["score"].notna()) \
+        & ~outcomes["crashed"].astype(bool)  # a task's failure is no judge's answer
     return set(outcomes.loc[judged, "evaluator_name"])
 
 

@@ -110,7 +110,7 @@ def said(e: EvaluatorComparison, rule: Rule, many_links: bool = False) -> str:
     rate = e.pass_diff is not None
     name = f"{e.evaluator} [link {e.link_index}]" if many_links else e.evaluator
     if e.pass_diff is None and e.mean_diff is None:  # texts only: how many changed
-        return f"{name} {rule.movement(e)}: text changed on {len(e.changed)} of {e.paired} rows"
+        return f"{name} {rule.movement(e)}: text changed on {len(e.changed)} of {e.text_rows} rows"
     p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if rate else e.score_p
     parts = [f"{len(e.regressed)} worse / {len(e.improved)} better rows",
              _figure(e.pass_rate_a, e.pass_rate_b, True) if rate else _figure(e.mean_a, e.mean_b, False)]
