@@ -83,6 +83,7 @@ async def arun_experiment(project_name: str, *, data: DataInput | None = None,
     if "dataset" in experiment_options:  # remote datasets load here, in this loop
         experiment_options["dataset"] = await aload_data(experiment_options["dataset"])
     spec = make_spec(project_name, data=await aload_data(data), **experiment_options)
+    _background.stopped_by.clear()  # an earlier run's signal is not this one's
     steps = spec.steps()
     try:
         for step in steps:  # look-ups and connections, before any row is run

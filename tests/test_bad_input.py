@@ -238,3 +238,35 @@ def test_a_closed_stdout_never_fails_a_finished_run(tmp_path: Path) -> None:
     proc.stderr.close()  # both ends gone, as with a dead worker
     assert proc.wait(120) == 0
     assert (tmp_path / "done").read_text() == "ok"
+
+
+def test_console_lines_a_stream_cannot_encode_are_no_gone_reader() -> None:
+    """Only a closed or broken stream is swapped for /dev/null: a text the terminal
+    cannot encode still fails loudly, the user's own prints unharmed."""
+    import io
+    import sys
+
+    from patronus_tasks.run import background
+
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    with pytest.raises(UnicodeEncodeError):
+        background.console_print("50% → 75%", ascii_out)
+    closed = io.StringIO()
+    closed.close()
+    background.console_print("gone", closed)  # nothing raised
+    assert not sys.stdout.closed
+
+
+def test_a_signal_names_only_the_interrupt_it_caused() -> None:
+    import asyncio
+
+    from patronus_tasks.prefect.runs.orchestrate import _stopped_by
+    from patronus_tasks.run import background
+
+    background.stopped_by[:] = ["SIGTERM"]
+    try:
+        assert _stopped_by(asyncio.CancelledError()) == "stopped by SIGTERM"
+        assert _stopped_by(ValueError("boom")) == "stopped by ValueError: boom"
+    finally:
+        background.stopped_by.clear()
+    assert _stopped_by(KeyboardInterrupt()) == "stopped by Ctrl-C"

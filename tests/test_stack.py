@@ -313,3 +313,27 @@ def test_a_recorded_pid_now_anothers_is_never_signalled(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_dead_leaders_group_is_still_stopped_and_said_so(tmp_path: Path) -> None:
+    """A worker killed (its pid dead) while its flow run goes on: `down` stops the group
+    and says it did (it said "was not running"); `up` with only a given PostgreSQL still
+    answering starts afresh (it refused, naming the dead API)."""
+    import socket as _socket
+
+    from patronus_tasks.prefect.server.stack import Stack, up_again
+    from patronus_tasks.prefect.server.stack.processes import Proc, group, stop
+
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & exit 0"], start_new_session=True)
+    leader.wait()
+    until(lambda: group(leader.pid), "the orphaned sleep in the leader's group")
+    stopped = stop(Proc("worker", leader.pid), grace=5)
+    assert stopped.was_running and not group(leader.pid)
+    with _socket.socket() as given:  # a PostgreSQL given by URL, still answering
+        given.bind(("127.0.0.1", 0))
+        given.listen()
+        port = given.getsockname()[1]
+        Stack("http://127.0.0.1:1/api", "http://127.0.0.1:1", str(tmp_path),
+              [Proc("postgres", url=f"postgresql://127.0.0.1:{port}/prefect"),
+               Proc("api", leader.pid), Proc("worker", leader.pid)]).save()
+        assert up_again(tmp_path, tmp_path) is None and Stack.load(tmp_path) is None

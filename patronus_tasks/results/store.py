@@ -60,9 +60,9 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     text = str(path_or_name)
     runs = list_experiments(results_dir)
     whole = [e for e in runs if text in (e.name, f"{e.project}/{e.name}")]
-    if whole and "/" in text:  # a name with a slash in it ("llama/3.1", kept as llama_3.1)
-        return whole[-1]
     project, _, name = text.rpartition("/")
+    if whole and "/" in text:  # a name with a slash in it ("llama/3.1", kept as llama_3.1)
+        return _one_project(whole, text)
     matches = [e for e in runs if name in (e.name, e.location.name)
                and (not project or project in (e.project, e.location.parent.name))]
     by_name = [e for e in matches if e.name == name]
@@ -72,6 +72,11 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     if not chosen:
         raise ConfigError(f"no experiment {text!r} under {_root(results_dir)}; "
                           "`patronus-tasks list` shows them.")
+    return _one_project(chosen, text)
+
+
+def _one_project(chosen: list[Experiment], text: str) -> Experiment:
+    """The latest of ``chosen``, when they are of one project (else say which)."""
     if len({e.project for e in chosen}) > 1:
         raise ConfigError(f"{text!r} names experiments in several projects "
                           f"({', '.join(sorted({e.project for e in chosen}))}); "

@@ -194,7 +194,9 @@ def console_print(text: str, stream: TextIO) -> None:
     failing again with exit status 120)."""
     try:
         print(text, file=stream, flush=True)
-    except (BrokenPipeError, ValueError, OSError):
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ValueError) and not stream.closed:
+            raise  # a text the stream cannot encode is not a gone reader
         null = open(os.devnull, "w")  # noqa: SIM115 - kept open for the process's life
         if stream is sys.stdout:
             sys.stdout = null

@@ -102,7 +102,8 @@ def _waiting(recording: Recording, line: WaitLine) -> None:
 
 def _stopped_by(exc: BaseException) -> str:
     """What stopped the rows, as a person says it (it was ``CancelledError()``)."""
-    if _background.stopped_by:
+    interrupt = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+    if interrupt and _background.stopped_by:
         return f"stopped by {_background.stopped_by[-1]}"
     if isinstance(exc, KeyboardInterrupt):
         return "stopped by Ctrl-C"

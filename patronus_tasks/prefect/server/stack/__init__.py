@@ -159,7 +159,8 @@ def up_again(home: Path, project: Path) -> list[Proc] | None:
     if stack is None:
         return None
     stopped = [p for p in stack.procs if not _running(p)]
-    if len(stopped) == len(stack.procs):  # none runs (a reboot): start afresh, as after `down`
+    started_here = [p for p in stack.procs if not p.external]  # a given server may still answer
+    if all(p in stopped for p in started_here):  # none runs (a reboot): afresh, as after `down`
         down(home)
         return None
     others = [p for p in stopped if p.role != "worker"]

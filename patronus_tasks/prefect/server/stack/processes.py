@@ -129,7 +129,8 @@ def stop(proc: Proc, grace: float = 15.0) -> Stopped:
     began = time.monotonic()
     if proc.pid is None or (alive(proc.pid) and not proc.is_ours()):  # its pid another's now
         return Stopped(proc, 0.0, False, was_running=False)
-    was_running = alive(proc.pid)  # dead: what is left of its group is still killed below
+    # Dead, its group maybe not (a worker killed, its flow run going on): signalled too.
+    was_running = alive(proc.pid) or bool(group(proc.pid))
     with contextlib.suppress(ProcessLookupError):
         (os.killpg if proc.signal_group else os.kill)(proc.pid, proc.stop_signal)
     while alive(proc.pid) and time.monotonic() < began + grace:
