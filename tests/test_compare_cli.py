@@ -110,6 +110,7 @@ def test_cli_list_show_compare_export(two_runs: tuple[Path, Path], results_dir: 
     assert "regressed (5): s26, s27, s28, s29, s30" in cmp.stdout
     # What got worse first, the counts before the p-value.
     said = cmp.stdout.split("\n\n")[0].splitlines()
+    assert said[0].startswith("Comparing B=cand against A=base")  # which runs, first
     assert any(line.startswith("exact [link 0] worse: 5 worse / 3 better rows; 75.0% → 70.0% "
                                "(-5.0 points); p=") for line in said), said
     assert "closeness [link 0] better: 0 worse / 20 better rows; mean 0.5 → 0.6 (+0.1); p=0" in said
@@ -587,3 +588,21 @@ def test_crashes_judges_and_texts_across_repeats_and_links(results_dir: Path) ->
     assert result.unjudged_b == ["judge"]  # the crash on row 1 is no judge's answer
     later = {(x.link_index, x.evaluator): x for x in result.evaluators}[(1, "followed")]
     assert "1" in later.regressed and later.paired == 3  # the chain stopped at link 0
+
+
+def test_rows_that_moved_are_listed_as_a_person_counts_and_list_says_its_zone(
+        results_dir: Path) -> None:
+    import os
+
+    rows = [{"sid": str(i), "evaluated_model_gold_answer": "g", "evaluated_model_output": "g"}
+            for i in range(1, 13)]
+    a = run_experiment("nat", data=rows, evaluators=[exact], experiment_name="a", backend="local",
+                       results_dir=results_dir, print_summary=False, html_report=False)
+    worse = [{**r, "evaluated_model_output": "x"} if int(str(r["sid"])) >= 6 else r for r in rows]
+    b = run_experiment("nat", data=worse, evaluators=[exact], experiment_name="b", backend="local",
+                       results_dir=results_dir, print_summary=False, html_report=False)
+    assert compare_experiments(a, b).evaluators[0].regressed == [str(i) for i in range(6, 13)]
+    env = {**os.environ, "TZ": "America/New_York"}
+    listed = subprocess.run([sys.executable, "-m", "patronus_tasks", "list", "--results-dir",
+                             str(results_dir)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert " EST  completed" in listed.stdout or " EDT  completed" in listed.stdout, listed.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 import sys
 from pathlib import Path
@@ -27,6 +28,14 @@ def _status(m: Manifest) -> str:
     if m.status != "running" or not m.pid or m.host != socket.gethostname():
         return m.status
     return m.status if process_alive(m.pid) else "stopped (its process is gone: killed?)"
+
+
+def _local_time(stamp: str) -> str:
+    """A manifest's UTC time in this machine's zone, the zone said (it was UTC unsaid)."""
+    try:
+        return dt.datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    except ValueError:
+        return stamp[:19]
 
 
 def _figures(e: Experiment) -> str:
@@ -62,7 +71,8 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        typer.echo(f"{e.project}/{e.location.name}  {m.started_at[:19]}  {_status(m)}  {_figures(e)}")
+        typer.echo(f"{e.project}/{e.location.name}  {_local_time(m.started_at)}  {_status(m)}  "
+                   f"{_figures(e)}")
     for e, why in unreadable:  # one damaged run hides no other
         say("unreadable", f"{e.location.parent.name}/{e.location.name}: {why}")
 
@@ -121,8 +131,11 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
     except ConfigError:  # its message names the Python option (regression_threshold)
         raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
     # What got worse or better first, counts before p-values; then the figures.
+    # Which runs first, then what got worse or better, counts before p-values; the figures.
+    header, _, figures = result.format().partition("\n")
+    typer.echo(header)
     typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
-    typer.echo(result.format())
+    typer.echo(figures)
     failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
     for message in failing:
         say("gate failed", message)

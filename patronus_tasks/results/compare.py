@@ -15,6 +15,7 @@ dataset-level metrics, are set side by side.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,7 +288,7 @@ def _mean_verdicts(verdicts: pd.DataFrame, level: float, n_boot: int,
 
 def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: int,
                    seed: int, means: bool = False) -> EvaluatorComparison:
-    g = g.sort_values("sid")
+    g = g.sort_values("sid", key=_natural)  # s2 before s10, as a person counts
     fields: dict[str, object] = {}
     verdicts = g[g["has_pass_a"] & g["has_pass_b"]]
     if len(verdicts) and means:
@@ -381,6 +382,10 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
                       metrics_a=a.metrics, metrics_b=b.metrics)
+
+
+def _natural(sids: pd.Series) -> pd.Series:
+    return sids.astype(str).map(lambda sid: re.sub(r"\d+", lambda m: m.group().zfill(12), sid))
 
 
 def _configured(e: Experiment, outcomes: pd.DataFrame) -> set[str]:
