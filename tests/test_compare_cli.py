@@ -606,3 +606,9 @@ def test_rows_that_moved_are_listed_as_a_person_counts_and_list_says_its_zone(
     listed = subprocess.run([sys.executable, "-m", "patronus_tasks", "list", "--results-dir",
                              str(results_dir)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert " EST  completed" in listed.stdout or " EDT  completed" in listed.stdout, listed.stdout
+
+
+def test_a_path_that_holds_no_experiment_is_said_as_a_path(results_dir: Path) -> None:
+    shown = CliRunner().invoke(app, ["show", "/tmp/no/such/dir", "--results-dir", str(results_dir)])
+    assert shown.exit_code == 2
+    assert "no experiment's folder at /tmp/no/such/dir" in " ".join(shown.stderr.split())

@@ -58,6 +58,10 @@ def load_experiment(path_or_name: str | Path, results_dir: str | Path | None = N
     if direct is not None:
         return direct
     text = str(path_or_name)
+    if text.startswith(("/", "./", "../", "~")):  # a path, not a name: said as one
+        raise ConfigError(f"no experiment's folder at {text} (no manifest.json nor "
+                          "results.parquet there): check the path; `patronus-tasks list` shows "
+                          "the experiments.")
     runs = list_experiments(results_dir)
     whole = [e for e in runs if text in (e.name, f"{e.project}/{e.name}")]
     project, _, name = text.rpartition("/")
