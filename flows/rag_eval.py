@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow
 from prefect.states import State
@@ -63,7 +64,9 @@ def evaluators(judges: bool) -> list[Evaluator]:
 def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
              experiment_name: str | None = None, max_concurrency: int = 8,
              results_dir: str | None = None, judges: bool | None = None,
-             cache: bool = False, resume: bool = False) -> State:
+             cache: bool = False, resume: bool = False,
+             fail_on_regression: bool | Literal["significant", "worse"] = False,
+             fail_on_error: int | float | None = None) -> State:
     """Judge the dataset's answers with the offline checks and, given an endpoint, the LLM
     judges; the flow run ends Completed with the figures as its message.
 
@@ -80,6 +83,12 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
         cache: Answer the judges from the cache when they saw the same row before.
         resume: Go on with the latest run named `experiment_name` (an interrupted or
             crashed one): its finished rows are kept, only the rest run.
+        fail_on_regression: Fail the run when it does worse than the previous run of its
+            series: true or "significant" (McNemar's test, p < 0.05), "worse" (a pass rate
+            fell 5 points or more, or more rows got worse than better). A judge with no
+            verdict this run (its endpoint down) fails it too: it could not be checked.
+        fail_on_error: Fail the run when more rows errored than this: a row count (0: any
+            error fails it) or a share of the rows (0.1: more than a tenth); empty: never.
     """
     use_judges = bool(os.environ.get("OPENAI_BASE_URL")) if judges is None else judges
     if not use_judges:
@@ -90,7 +99,8 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
         project, data=path if path.is_absolute() or path.exists() else HERE.parent / path,
         task=answer, evaluators=evaluators(use_judges), tags={"suite": "rag"},
         experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir, cache=True if cache else None, resume=resume)
+        results_dir=results_dir, cache=True if cache else None, resume=resume,
+        fail_on_regression=fail_on_regression, fail_on_error=fail_on_error)
     state = verdict_state(experiment)  # named after the verdict, the figures its message
     if not use_judges:
         state.message = f"{state.message} (LLM judges skipped)"

@@ -90,3 +90,21 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     assert len(spans) == 40 and {s.name.rsplit("-", 1)[0] for s in spans} == {"chat local-judge"}
     assert runs["✗ faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
     assert runs["context_recall-r05"] == "Passed" and runs["✗ answers-r07"] == "Not passed"
+
+    # The next night the judges' endpoint is down (nothing listens): every judge's verdict
+    # is missing. With the gate asked for, the night fails, saying it could not be checked
+    # (it was "Unchanged", Completed).
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{_closed_port()}/v1")
+    down = flow(results_dir=str(tmp_path), experiment_name="down", fail_on_regression="worse",
+                return_state=True)
+    assert down.is_failed(), down.message
+    assert "could not be checked: no verdict this run from" in down.message
+    assert "faithfulness" in down.message
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
