@@ -441,7 +441,8 @@ def test_compare_says_renamed_evaluators_and_changed_data_and_gates_fail(results
     shown = CliRunner().invoke(app, ["compare", str(base.path), str(renamed.path), "--fail-on-worse"])
     assert shown.exit_code == 1, shown.stdout
     assert "Not compared (in one run only): A exact; B exact_match" in shown.stdout
-    assert "gate failed: no evaluator is in both runs" in shown.stderr
+    assert ("gate failed: could not be checked: no evaluator is in both runs (the previous: "
+            "exact; this one: exact_match)") in " ".join(shown.stderr.split())
     reordered = compare_experiments(base, run_experiment(
         "ren", data=[{**r, "evaluated_model_output": "x"} for r in _data({1, 2}, 0.0)[:4]],
         evaluators=[exact], experiment_name="c", backend="local", results_dir=results_dir,
@@ -510,7 +511,8 @@ def test_a_judge_that_never_answered_is_not_compared_and_fails_the_gates(results
     assert (result.unjudged_b, [e.evaluator for e in result.evaluators]) == (["faithful"], ["exact"])
     assert "Not compared (no verdict in B: every evaluation unscored" in result.format()
     gated = CliRunner().invoke(app, ["compare", str(good.path), str(down.path), "--fail-on-worse"])
-    assert gated.exit_code == 1 and "faithful could not be checked" in gated.stderr
+    assert gated.exit_code == 1 and ("gate failed: could not be checked: no verdict this run "
+                                     "from faithful") in " ".join(gated.stderr.split())
     note = judge(down.summary(), result, Rule(fail_on="worse"))
     assert "not-compared" in note.tags and note.name == "Gate failed"
     assert note.failures[0].startswith("fail_on_regression could not be checked: no verdict this "

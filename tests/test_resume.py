@@ -329,8 +329,8 @@ def test_a_new_run_never_writes_into_a_stopped_runs_folder(results_dir: Path) ->
 
 def test_runs_of_one_name_started_at_once_claim_a_folder_each(tmp_path: Path) -> None:
     from patronus_tasks.execute.setup import CLAIM_FILE, _free_dir
+    from patronus_tasks.procs import alive
     from patronus_tasks.record.location import Location
-    from patronus_tasks.record.manifest import process_alive
 
     root = Location.of(tmp_path)
     first, second = _free_dir(root, "p", "n"), _free_dir(root, "p", "n")
@@ -343,9 +343,18 @@ def test_runs_of_one_name_started_at_once_claim_a_folder_each(tmp_path: Path) ->
     elsewhere = tmp_path / "p" / "n-3" / CLAIM_FILE  # another host's claim (a shared folder)
     elsewhere.write_text(f"{gone.pid}@another-host")
     assert _free_dir(root, "p", "n").name == "n-4"  # never taken over from here
-    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # ended, not waited for
-    until(lambda: not process_alive(zombie.pid), "the ended child counted gone", 10)
-    zombie.wait()
+    # A zombie that is not ours (a shell's background job, its shell not done with it):
+    # signals still reach it, yet it is gone.
+    shell = subprocess.Popen(["sh", "-c", "sleep 0 & echo $!; exec sleep 30"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert shell.stdout is not None
+        zombie = int(shell.stdout.readline())
+        until(lambda: not alive(zombie), "the shell's ended job counted gone", 10)
+        os.kill(zombie, 0)  # still there for signals: a zombie, not reaped here
+    finally:
+        shell.kill()
+        shell.wait()
 
 
 def test_a_setup_that_fails_gives_its_folder_back(results_dir: Path) -> None:

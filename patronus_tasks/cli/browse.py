@@ -12,13 +12,14 @@ import typer
 
 from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, load_two, say, usage
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.procs import alive
 from patronus_tasks.record.location import redact, scrub
-from patronus_tasks.record.manifest import Manifest, process_alive
+from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.results.compare import Comparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.store import scan
-from patronus_tasks.results.verdict import ALPHA, Rule, rule_of, said
+from patronus_tasks.results.verdict import ALPHA, Rule, not_compared, rule_of, said
 from patronus_tasks.settings import default_results_dir
 
 
@@ -27,7 +28,7 @@ def _status(m: Manifest) -> str:
     one (SIGKILL, a crash) never wrote its end."""
     if m.status != "running" or not m.pid or m.host != socket.gethostname():
         return m.status
-    return m.status if process_alive(m.pid) else "stopped (its process is gone: killed?)"
+    return m.status if alive(m.pid) else "stopped (its process is gone: killed?)"
 
 
 def _local_time(stamp: str) -> str:
@@ -130,7 +131,6 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
         rule = rule_of(drop, False)
     except ConfigError:  # its message names the Python option (regression_threshold)
         raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
-    # What got worse or better first, counts before p-values; then the figures.
     # Which runs first, then what got worse or better, counts before p-values; the figures.
     header, _, figures = result.format().partition("\n")
     typer.echo(header)
@@ -147,13 +147,9 @@ def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: boo
     """The gates of an experiment's ``fail_on_regression`` (True, ``"worse"``): one row
     that flipped is no gate. Both may be asked; each is checked and said on its own."""
     failing = []
-    if (significant or worse) and not result.evaluators:  # a gate unchecked never passes
-        failing.append("no evaluator is in both runs, so nothing could be compared (A: "
-                       f"{', '.join(result.only_evaluators_a) or 'none'}; B: "
-                       f"{', '.join(result.only_evaluators_b) or 'none'})")
-    if (significant or worse) and result.unjudged_b:
-        failing.append(f"{', '.join(result.unjudged_b)} could not be checked: no verdict in B "
-                       "(every evaluation unscored: a judge that did not answer)")
+    why_not = not_compared(result)  # as the run-to-run verdict says it
+    if (significant or worse) and why_not:  # a gate unchecked never passes
+        failing.append(f"could not be checked: {why_not}")
     for e in result.evaluators:
         where = f"{e.evaluator} [link {e.link_index}]"
         if significant and e.regressed_significantly(ALPHA):

@@ -23,11 +23,12 @@ from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.procs import alive
 from patronus_tasks.record import otel as _otel
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.cache import cache_setting
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.manifest import Manifest, process_alive
+from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.manifest_file import read_manifest
 from patronus_tasks.results.gates import check_fail_on_error, check_thresholds
 from patronus_tasks.results.verdict import rule_of
@@ -129,9 +130,9 @@ def _claim(path: Location) -> bool:
         return True
 
 
-#: Who claims: this process on this host (a folder shared between hosts, on NFS, holds
-#: other hosts' claims, never taken over from here).
 def _claimer() -> str:
+    """Who claims: this process on this host (a folder shared between hosts, on NFS, holds
+    other hosts' claims, never taken over from here)."""
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
@@ -141,7 +142,7 @@ def _take_over(claim: Path) -> bool:
     if not claim.is_file():  # a file where the folder would be: the next name
         return False
     pid, _, host = claim.read_text().strip().partition("@")
-    if not pid.isdigit() or host not in ("", socket.gethostname()) or process_alive(int(pid)):
+    if not pid.isdigit() or host not in ("", socket.gethostname()) or alive(int(pid)):
         return False
     taken = claim.with_name(f"{CLAIM_FILE}.{os.getpid()}")
     try:
@@ -169,15 +170,16 @@ def release_claim(path: Location) -> None:
 def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
     """Folders of earlier runs of this experiment name: ``name``, ``name-2``, ..."""
     base = _parquet.experiment_dir(results_dir, project, name)
-    found, n = [], 1
-    path = base
-    # A folder claimed and left empty (a setup that failed) is no run, and no end either.
-    while (path / _parquet.MANIFEST_FILE).exists() or (path.local is not None and path.local.is_dir()):
-        if (path / _parquet.MANIFEST_FILE).exists():
-            found.append(path)
+    found: list[Location] = []
+    path, n = base, 1
+    while True:
+        has_run = (path / _parquet.MANIFEST_FILE).exists()
+        # A folder claimed by a run still starting is no run, and no end of them either.
+        if not has_run and not (path.local is not None and path.local.is_dir()):
+            return found
+        found += [path] if has_run else []
         n += 1
         path = base.with_name(f"{base.name}-{n}")
-    return found
 
 
 def _manifest_of(path: Location) -> Manifest:

@@ -7,8 +7,6 @@ kept when an older one reads the file; fields an older file lacks take their def
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -16,21 +14,6 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 MANIFEST_VERSION = 1
 #: Where the run is: ``running`` until it completed or was interrupted.
 RunStatus = Literal["running", "completed", "interrupted"]
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host. A zombie (killed, its parent not yet
-    done with it: a shell's background job) counts as gone, though signals still reach it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's: there
-    try:  # the state after the name in /proc/<pid>/stat ("Z": zombie), on Linux
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 class _Model(BaseModel):

@@ -114,7 +114,8 @@ class Record:
         "`spans.parquet` has them a row each); null when it opened none"))
     task_started_at: float | None = field(default=None, metadata=_column(
         pa.float64(), "when the task's call started, in seconds since the epoch (UTC); null when "
-        "none was made (cached, resumed)"))
+        "none was made (the cache answered); a row kept from the run it resumes keeps that "
+        "run's time"))
     evaluation_started_at: float | None = field(default=None, metadata=_column(
         pa.float64(), "when the evaluator's call started, in seconds since the epoch (UTC); null "
         "when none was made"))

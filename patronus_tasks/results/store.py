@@ -13,13 +13,8 @@ from patronus_tasks.settings import default_results_dir
 
 def list_experiments(results_dir: str | Path | None = None) -> list[Experiment]:
     """Every experiment under ``results_dir``, oldest first (those whose manifest cannot
-    be read left out: `unreadable_experiments`; one damaged file hid every run)."""
+    be read left out: `scan` says them; one damaged file hid every run)."""
     return scan(results_dir)[0]
-
-
-def unreadable_experiments(results_dir: str | Path | None = None) -> list[tuple[Experiment, str]]:
-    """The runs under ``results_dir`` whose manifest cannot be read, and why."""
-    return scan(results_dir)[1]
 
 
 def scan(results_dir: str | Path | None = None

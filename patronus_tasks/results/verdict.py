@@ -139,7 +139,7 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     better = [e for e in evaluators if rule.movement(e) == "better"]
     failures = [*gate_failures, *regression_failures(comparison, rule)]
     errors = summary.task_errors + summary.evaluator_errors
-    unknown = ("Not compared" if _not_compared(comparison) else "First run"
+    unknown = ("Not compared" if not_compared(comparison) else "First run"
                if isinstance(comparison, str) else "Completed")
     name = ("Gate failed" if failures else "Regressed" if worse
             else "Errors" if errors and _more_errors(comparison)
@@ -147,7 +147,7 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
     tags += ["gate-failed"] if failures else []
     tags += ["errors"] if errors else []
-    tags += ["not-compared"] if _not_compared(comparison) else []
+    tags += ["not-compared"] if not_compared(comparison) else []
     lines = [*summary.headlines(), *comparison_lines(comparison, rule)]
     return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures),
                        tags=list(dict.fromkeys(tags)), lines=lines,
@@ -173,7 +173,7 @@ def _more_errors(comparison: Comparison | str | None) -> bool:
     return (comparison.errors_b or 0) > (comparison.errors_a or 0)
 
 
-def _not_compared(comparison: Comparison | str | None) -> str | None:
+def not_compared(comparison: Comparison | str | None) -> str | None:
     """Why a previous run was there and nothing could be compared with it, if so: its
     results unreadable, an evaluator with no verdict this run (its judge down), or no
     evaluator in both runs (renamed, replaced)."""
@@ -193,7 +193,7 @@ def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list
     """One message per evaluator whose regression fails the run (`Rule.fail_on`); with a
     previous run that could not be read, one saying the gate could not be checked (a
     baseline gone is no pass: every row may have regressed)."""
-    why_not = _not_compared(comparison)
+    why_not = not_compared(comparison)
     unchecked = [f"fail_on_regression could not be checked: {why_not}"] if why_not else []
     if not isinstance(comparison, Comparison) or rule.fail_on is None:
         return unchecked if rule.fail_on is not None else []

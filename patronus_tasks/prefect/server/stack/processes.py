@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patronus_tasks.exceptions import ExperimentError
+from patronus_tasks.procs import alive, stat_fields
 
 
 @dataclass
@@ -53,11 +54,12 @@ class Proc:
 
 def identity(pid: int) -> str:
     """``pid``'s boot and start time (Linux's /proc: they tell a reused pid apart), or ""."""
+    fields = stat_fields(pid)
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}:{Path(f'/proc/{pid}/stat').read_text().rpartition(')')[2].split()[19]}"
-    except (OSError, IndexError):
+    except OSError:
         return ""
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else ""
 
 
 def spawn(proc: Proc, env: dict[str, str], cwd: Path, nice: int = 0) -> Proc:
@@ -87,31 +89,6 @@ def _niceness(nice: int) -> Callable[[], None] | None:
             Path("/proc/self/autogroup").write_text(str(nice))
 
     return lower
-
-
-def alive(pid: int | None) -> bool:
-    """Whether process ``pid`` runs (a zombie counts as gone: not every init reaps at once)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return False  # a child of this process, reaped now
-    except ChildProcessError:
-        pass
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    try:  # "pid (name) state ...": the name may hold spaces and parentheses
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @dataclass(frozen=True)
@@ -151,11 +128,10 @@ def stop(proc: Proc, grace: float = 15.0) -> Stopped:
 def group(pgid: int) -> list[int]:
     """The live processes of process group ``pgid`` (Linux's /proc; elsewhere none known)."""
     found: list[int] = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rpartition(")")[2].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp, ...
-                found.append(int(stat.parent.name))
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(int(entry.name))  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(entry.name))
     return found
 
 
