@@ -320,3 +320,36 @@ def test_on_budget_stop_hands_the_run_to_the_evaluators(results_dir: Path) -> No
     assert meta["stopped"] == "max_steps=3" and meta["steps"] == 3 and len(meta["trajectory"]) == 3
     agent_span = ex.spans().query("kind == 'agent'").iloc[0]
     assert pd.isna(agent_span["error"]) and json.loads(agent_span["attributes"])["stopped"] == "max_steps=3"
+
+
+def test_traced_tools_in_a_class_or_a_factory_are_one_span_per_call_named_as_called(
+        results_dir: Path) -> None:
+    """An agent's tools decorated ``@traced(kind="tool")`` (methods, closures): each call is
+    one tool span, named as the model calls the tool, so the trajectory matches the
+    dataset's (it was ``build.<locals>.convert`` beside the agent's ``convert``: two calls)."""
+    from patronus_tasks.agents import local_endpoint
+
+    from .test_spans import EXPECTED_CALLS, Forecasts, make_converter
+
+    def plan(messages: list[dict[str, Any]], tools: list[str]) -> Any:
+        if any(m["role"] == "tool" for m in messages):
+            return "It is sunny; 3 EUR."
+        return [("get_weather", {"city": "Paris"}), ("convert", {"amount": 3, "to": "EUR"})]
+
+    agent = AgentTask([Forecasts().get_weather, make_converter()], model="m",
+                      endpoint=local_endpoint(plan))
+    assert list(agent.tools) == ["get_weather", "convert"]
+    ex = run_experiment("traced-tools", data=[{"evaluated_model_input": "Paris?"}], task=agent,
+                        evaluators=[tool_calls_match(EXPECTED_CALLS), tool_args_valid()],
+                        backend="local", results_dir=results_dir, print_summary=False,
+                        html_report=False)
+    assert ex.to_dataframe()["pass"].tolist() == [True, True]
+    spans = ex.spans()
+    tools = spans[spans.kind == "tool"]
+    assert tools["name"].tolist() == ["get_weather", "convert"]  # one span per call
+    agent_span = spans.query("kind == 'agent'")["span_id"].iloc[0]
+    assert (tools["parent_id"] == agent_span).all()
+    # the tool's own attributes join its call's span; its output is the tool's
+    weather = tools.set_index("name").loc["get_weather"]
+    assert json.loads(weather["attributes"])["source"] == "met-office"
+    assert json.loads(weather["output"]) == "sunny in Paris"

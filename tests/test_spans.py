@@ -75,6 +75,56 @@ def test_spans_nest_across_threads_and_gather_and_land_in_spans_parquet(results_
     assert duckdb.sql(f"select count(*) from '{path}' where kind = 'retrieval'").fetchall() == [(4,)]
 
 
+class Forecasts:
+    """Tools in a class, as agents are built."""
+
+    @traced(kind="tool", source="met-office")
+    def get_weather(self, city: str) -> str:
+        """Today's weather in a city."""
+        return f"sunny in {city}"
+
+    @traced()  # not a tool: named as the SDK names spans, qualified
+    def plan(self, goal: str) -> str:
+        return goal
+
+
+def make_converter() -> Any:
+    """A tool made by a factory (a closure)."""
+    @traced(kind="tool")
+    async def convert(amount: float, to: str) -> str:
+        """Convert an amount of money."""
+        return f"{amount} {to}"
+    return convert
+
+
+#: What a dataset expects: the tools by the names a model calls them.
+EXPECTED_CALLS = [{"name": "get_weather", "arguments": {"city": "Paris"}},
+                  {"name": "convert", "arguments": {"amount": 3, "to": "EUR"}}]
+
+
+def test_a_tool_in_a_class_or_a_factory_is_named_as_the_model_calls_it(results_dir: Path) -> None:
+    from patronus_tasks.evaluators import tool_calls_match
+    from patronus_tasks.record.otel import span_attributes
+
+    kit, convert = Forecasts(), make_converter()
+
+    @task
+    async def direct(evaluated_model_input: str) -> str:
+        kit.plan(evaluated_model_input)
+        return kit.get_weather("Paris") + await convert(3, to="EUR")
+
+    ex = _run(results_dir, direct, [tool_calls_match(EXPECTED_CALLS)])
+    assert ex.to_dataframe()["pass"].tolist() == [True, True]
+    spans = ex.spans().query("sample_id == 'a'").set_index("name")
+    assert sorted(spans.index) == ["Forecasts.plan", "convert", "get_weather"]
+    assert json.loads(spans.loc["get_weather", "arguments"]) == {"city": "Paris"}  # no self
+    assert json.loads(spans.loc["get_weather", "attributes"]) == {"source": "met-office"}
+    # OpenTelemetry's gen_ai.tool.name is the same name
+    from patronus_tasks.trace import load_spans
+    tools = [s for s in load_spans(ex.to_dataframe()["task_spans"].iloc[0]) or [] if s.kind == "tool"]
+    assert [span_attributes(s)["gen_ai.tool.name"] for s in tools] == ["get_weather", "convert"]
+
+
 def test_errors_caps_and_a_span_left_open_by_a_crash(results_dir: Path) -> None:
     @traced(name="lookup", kind="tool")
     def failing(key: str) -> str:

@@ -6,7 +6,8 @@ an answer without tool calls, or at the step or token budget (then the row's tas
 `BudgetExceeded`, its spans kept; or, with ``on_budget="stop"``, what it has goes to the
 evaluators, as Inspect AI scores a sample that hit its limit). Every model call is an
 ``llm`` span and every tool call a ``tool`` span named after the tool, both under one
-``agent`` span (``invoke_agent <name>``).
+``agent`` span (``invoke_agent <name>``); a tool that is itself ``@traced(kind="tool")``
+records into its call's span, not a second one.
 A tool that raises, a tool that does not exist and malformed arguments are told to the
 model as the tool's result (``error: ...``), recorded as that tool span's error: never the
 row's crash.
@@ -24,6 +25,7 @@ from patronus_tasks.define.steps import Task
 from patronus_tasks.exceptions import ConfigError, PatronusTasksError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.openai import as_messages, chat_request, default_model, openai_endpoint
+from patronus_tasks.trace.decorate import tool_call
 from patronus_tasks.trace.spans import span
 from patronus_tasks.trace.tree import json_or_text
 
@@ -59,7 +61,8 @@ class _Run:
         function = request.get("function") or {}
         name, raw = str(function.get("name")), function.get("arguments")
         # The arguments as the model sent them (a trajectory compares those), not as checked.
-        with span(name, kind="tool", arguments=json_or_text(raw), tool_call_id=request.get("id")) as s:
+        with span(name, kind="tool", arguments=json_or_text(raw), tool_call_id=request.get("id")) as s, \
+                tool_call(s):  # a @traced tool records into this span: one span per call
             try:
                 result, error = await self._call(name, raw, s), None
             except Exception as exc:  # the tool's failure is the model's to handle

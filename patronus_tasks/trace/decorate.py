@@ -1,15 +1,59 @@
-"""`traced`: a function's calls as spans (sync and async), as the Patronus SDK's ``@traced``."""
+"""`traced`: a function's calls as spans (sync and async), as the Patronus SDK's ``@traced``.
+
+A span is named as the SDK names it, after the function's qualified name (``Agent.plan``),
+except a tool's: a ``kind="tool"`` span is named after the function itself (``__name__``),
+the name a model calls the tool by and a dataset's expected tool calls say. A tool made in
+a factory or a class (``build.<locals>.get_weather``) would otherwise never match them.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
-from patronus_tasks.trace.spans import span
+from patronus_tasks.trace.spans import Span, SpanData, current_collector, new_span_id, span
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: The id of the tool span an agent opened around the tool call running here (`tool_call`).
+_AGENT_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "patronus_tasks_tool_call", default=None)
+
+
+@contextmanager
+def tool_call(opened: Span) -> Iterator[Span]:
+    """Mark ``opened`` (an agent's span of one tool call) as the span of the tool it runs:
+    a ``@traced(kind="tool")`` function called right inside records into it, not a second
+    tool span (a trajectory would count the call twice)."""
+    token = _AGENT_CALL.set(opened.span_id)
+    try:
+        yield opened
+    finally:
+        _AGENT_CALL.reset(token)
+
+
+def _the_agents_call(attributes: dict[str, Any]) -> Span | None:
+    """A span recording nothing when an agent's tool span of this call is open right here
+    (its own attributes go to that span); None otherwise."""
+    here = current_collector()
+    if here is None or here[1] is None or here[1] != _AGENT_CALL.get():
+        return None
+    outer = here[0].open.get(here[1])
+    if outer is None:
+        return None
+    if attributes:
+        Span(outer, None).set(**attributes)
+    return Span(SpanData(new_span_id(), None, outer.name, "tool", time.time()), None)
+
+
+def default_name(fn: Callable[..., Any], kind: str) -> str:
+    """A span's name when none is given: a tool's ``__name__``, others' ``__qualname__``."""
+    own = getattr(fn, "__name__", None) or type(fn).__name__
+    return own if kind == "tool" else getattr(fn, "__qualname__", own)
 
 
 def _arguments(signature: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
@@ -31,6 +75,10 @@ def _wrap(fn: Callable[..., Any], name: str, kind: str, log_args: bool, log_resu
     signature = inspect.signature(fn)
 
     def opened(args: Any, kwargs: Any) -> Any:
+        if kind == "tool":
+            merged = _the_agents_call(attributes)
+            if merged is not None:
+                return merged
         made = span(name, kind, **attributes)
         if log_args:
             made.set(arguments=_arguments(signature, args, kwargs))
@@ -66,14 +114,15 @@ def traced(fn: Callable[..., Any] | None = None, /, *, name: str | None = None, 
            **attributes: Any) -> Any:
     """Each call of the function a span (``@traced`` or ``@traced(name=..., kind=...)``):
     named after the function, its bound arguments as ``arguments``, its return value as
-    ``output``, an exception as its error (re-raised). The SDK's ``span_name=``,
-    ``log_args=`` and ``log_results=`` work too; other keywords are the span's attributes."""
+    ``output``, an exception as its error (re-raised). Named `default_name` unless
+    ``name=`` is given. The SDK's ``span_name=``, ``log_args=`` and ``log_results=`` work
+    too; other keywords are the span's attributes."""
     given = attributes.pop("attributes", None)  # the SDK's attributes={...}
     for sdk_only in ("log_exceptions", "disable_log"):
         attributes.pop(sdk_only, None)
     attributes = {**(given if isinstance(given, dict) else {}), **attributes}
 
     def wrap(f: Callable[..., Any]) -> Any:
-        return _wrap(f, name or span_name or f.__qualname__, kind, log_args, log_results, attributes)
+        return _wrap(f, name or span_name or default_name(f, kind), kind, log_args, log_results, attributes)
 
     return wrap(fn) if fn is not None else wrap
