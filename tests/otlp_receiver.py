@@ -38,7 +38,9 @@ class Received:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, body: bytes) -> None:
-        request = ExportTraceServiceRequest.FromString(body)
+        self.take_request(ExportTraceServiceRequest.FromString(body))
+
+    def take_request(self, request: ExportTraceServiceRequest) -> None:
         for rs in request.resource_spans:
             resource = _attrs(rs.resource.attributes)
             for ss in rs.scope_spans:

@@ -1,8 +1,9 @@
 """OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT set, an experiment's spans reach a real
-OTLP receiver on 127.0.0.1 (protobuf decoded) as one tree with the GenAI conventions, the
-verdicts as events on the span they judged; the user's own OpenTelemetry spans inside the
-task (an instrumentor's) are captured into the results and the tree. The experiment runs
-in its own process: the global tracer provider is set once per process."""
+OTLP receiver on 127.0.0.1 (protobuf decoded; over HTTP, or gRPC when asked) as one tree
+with the GenAI conventions, the verdicts as events on the span they judged; the user's own
+OpenTelemetry spans inside the task (an instrumentor's) are captured into the results and
+the tree. The experiment runs in its own process: the global tracer provider is set once
+per process."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patronus_tasks import ConfigError, run_experiment, task
+from patronus_tasks.record import otel
 
 from .conftest import ROOT
-from .otlp_receiver import otlp_receiver
+from .otlp_grpc_receiver import otlp_grpc_receiver
+from .otlp_receiver import Received, otlp_receiver
 
 SCRIPT = '''
 import json, sys
@@ -23,8 +31,14 @@ from opentelemetry.sdk.trace import TracerProvider
 trace.set_tracer_provider(TracerProvider())  # the user's own set-up, as an instrumentor's
 tracer = trace.get_tracer("user-instrumentation")
 
-from patronus_tasks import evaluator, run_experiment, task
+from patronus_tasks import evaluator, run_experiment, task, traced
 from patronus_tasks.agents import AgentTask, local_endpoint
+
+
+class Kit:
+    @traced(kind="tool")  # a method: its span, and gen_ai.tool.name, are "forecast"
+    def forecast(self, city: str) -> str:
+        return "sunny"
 
 
 def weather(city: str) -> str:
@@ -51,6 +65,7 @@ async def answer(evaluated_model_input: str):
         with tracer.start_as_current_span("embed", attributes={
                 "openinference.span.kind": "EMBEDDING", "llm.model_name": "text-embedding-3-small"}):
             pass
+    Kit().forecast("Paris")
     return await agent.execute(evaluated_model_input)
 
 
@@ -69,17 +84,36 @@ print(json.dumps({"spans": ex.spans().drop(columns=["start", "end"]).to_dict("re
 '''
 
 
-def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> None:
+def _traced_run(tmp_path: Path, got: Received, **variables: str) -> dict[str, Any]:
+    """SCRIPT run with its spans sent to ``got``: what it printed."""
     script = tmp_path / "traced.py"
     script.write_text(SCRIPT)
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": got.url, "OTEL_SERVICE_NAME": "nightly-evals",
+           "PYTHONPATH": str(ROOT), **variables}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> None:
     with otlp_receiver() as got:
-        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": got.url, "OTEL_SERVICE_NAME": "nightly-evals",
-               "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], env=env,
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+        out = _traced_run(tmp_path, got)
     assert got.paths and set(got.paths) == {"/v1/traces"}
+    _check_tree(got, out)
+
+
+def test_otlp_over_grpc_when_the_protocol_says_so(tmp_path: Path) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: the same tree reaches a gRPC-only receiver (it
+    went over HTTP, so a collector on 4317 alone got nothing)."""
+    with otlp_grpc_receiver() as got:
+        out = _traced_run(tmp_path, got, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    assert got.paths and set(got.paths) == {"TraceService/Export"}
+    _check_tree(got, out)
+
+
+def _check_tree(got: Received, out: dict[str, Any]) -> None:
     spans = {s["name"]: s for s in got.spans}
     assert len({s["trace_id"] for s in got.spans}) == 1  # one tree
     assert {s["resource"]["service.name"] for s in got.spans} == {"nightly-evals"}
@@ -90,7 +124,7 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
         "task answer": "row r1", "evaluator sunny": "row r1",
         "openai.chat": "task answer", "retrieve": "task answer", "embed": "retrieve",
         "invoke_agent agent": "task answer", "chat local-policy": "invoke_agent agent",
-        "weather": "invoke_agent agent"}
+        "weather": "invoke_agent agent", "forecast": "task answer"}
     assert spans["chat local-policy"]["attributes"]["gen_ai.operation.name"] == "chat"
     # the conventions' span kinds: a model call CLIENT, a tool and a local agent INTERNAL
     assert (spans["chat local-policy"]["kind"], spans["openai.chat"]["kind"]) == (3, 3)
@@ -100,6 +134,7 @@ def test_an_experiment_reaches_an_otlp_receiver_as_one_tree(tmp_path: Path) -> N
     tool = spans["weather"]["attributes"]
     assert tool["gen_ai.operation.name"] == "execute_tool" and tool["gen_ai.tool.name"] == "weather"
     assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"city": "Paris"}
+    assert spans["forecast"]["attributes"]["gen_ai.tool.name"] == "forecast"  # not Kit.forecast
     assert spans["invoke_agent agent"]["attributes"]["gen_ai.operation.name"] == "invoke_agent"
     assert spans["invoke_agent agent"]["attributes"]["gen_ai.agent.name"] == "agent"
     assert spans["openai.chat"]["attributes"]["gen_ai.usage.input_tokens"] == 11
@@ -142,8 +177,50 @@ def test_a_big_run_goes_out_in_batches_and_none_is_dropped(tmp_path: Path) -> No
                               env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])["reports"]["opentelemetry"]
-    # per row: the row, its task and evaluator, 3 user spans, the agent, 2 model calls, a tool
-    assert report == {"spans": 1 + 150 * 10, "exported": 1 + 150 * 10, "failed": 0}
+    # per row: the row, its task and evaluator, 3 user spans, the agent, 2 model calls, 2 tools
+    assert report == {"spans": 1 + 150 * 11, "exported": 1 + 150 * 11, "failed": 0}
     assert len(got.spans) == report["spans"] and len(got.paths) >= 3  # batches of 512
     rows = [s for s in got.spans if s["name"].startswith("row ")]
     assert len(rows) == 150 and len({s["trace_id"] for s in got.spans}) == 1
+
+
+def test_the_traces_own_protocol_variable_wins_and_a_bad_one_says_the_choices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(variable, raising=False)
+    assert (otel.protocol(), otel.exporter_class()) == (("http/protobuf", None), Http)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    assert otel.exporter_class() is Grpc  # the traces' own variable over the general one
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json' is not an "
+                       r"OTLP protocol .* use 'http/protobuf' or 'grpc'"):
+        otel.exporter_class()
+
+
+def test_grpc_without_its_extra_stops_the_run_at_its_start_naming_the_extra(
+        monkeypatch: pytest.MonkeyPatch, results_dir: Path) -> None:
+    """The gRPC exporter not installed (its import made to fail, as without the extra):
+    a ConfigError before any row, saying which extra to install."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc", None)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    ran: list[str] = []
+
+    @task
+    def answer(evaluated_model_input: str) -> str:
+        ran.append(evaluated_model_input)
+        return "x"
+
+    with pytest.raises(ConfigError) as raised:
+        run_experiment("otel", data=[{"evaluated_model_input": "q"}], task=answer, backend="local",
+                       results_dir=results_dir, print_summary=False, html_report=False)
+    assert str(raised.value).startswith(
+        "exporting spans over OTLP grpc (OTEL_EXPORTER_OTLP_PROTOCOL) needs "
+        "opentelemetry-exporter-otlp-proto-grpc, which is not installed")
+    assert "pip install 'patronus-tasks[otlp-grpc]'" in str(raised.value)
+    assert ran == [] and not any(results_dir.rglob("results.parquet"))

@@ -10,20 +10,25 @@ semantic conventions (``gen_ai.operation.name`` ``chat``, ``gen_ai.request.model
 ``gen_ai.usage.input_tokens``/``output_tokens``), tool calls ``execute_tool`` and
 ``gen_ai.tool.name``, agents ``invoke_agent``; each evaluation result is a
 ``gen_ai.evaluation.result`` event on the task span it judged. The OpenTelemetry SDK and
-its OTLP/HTTP exporter do the wire: every standard variable applies (endpoint, headers,
-``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``). Export problems are logged, never an
+its OTLP exporter do the wire: OTLP/HTTP, or gRPC when ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or
+``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``) says ``grpc`` (the ``otlp-grpc`` extra: grpcio is
+19 MB installed, which HTTP export never needs); every standard variable applies
+(endpoint, headers, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``). A protocol that cannot be had is a
+`ConfigError` before the run starts; export problems once it runs are logged, never an
 experiment's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import threading
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.records import STATUS_ERROR, Record
 from patronus_tasks.trace.capture import export_wanted
 from patronus_tasks.trace.spans import SpanData, load_spans
@@ -40,6 +45,47 @@ _OPERATIONS = {"llm": "chat", "tool": "execute_tool", "agent": "invoke_agent"}
 #: that filled the batch waits for it to go (so a slow receiver slows the rows, never
 #: drops spans, as a full queue of the SDK's batch processor would, silently).
 BATCH = 512
+
+
+#: OTLP's protocols, as OTEL_EXPORTER_OTLP_PROTOCOL names them: the module of each one's
+#: span exporter, its package, and the extra bringing it (none: a dependency).
+PROTOCOLS = {"http/protobuf": ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                               "opentelemetry-exporter-otlp-proto-http", None),
+             "grpc": ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+                      "opentelemetry-exporter-otlp-proto-grpc", "otlp-grpc")}
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+def protocol() -> tuple[str, str | None]:
+    """The OTLP protocol asked for and the variable that asked (the traces' own first;
+    None: ``http/protobuf``, the default of OpenTelemetry's Python SDK); one there is no
+    exporter for is a `ConfigError`."""
+    for variable in _PROTOCOL_VARIABLES:
+        given = os.environ.get(variable, "").strip()
+        if given:
+            break
+    else:
+        return "http/protobuf", None
+    if given.lower() not in PROTOCOLS:
+        raise ConfigError(f"{variable}={given!r} is not an OTLP protocol spans can be exported "
+                          f"with here: use {' or '.join(map(repr, PROTOCOLS))}.")
+    return given.lower(), variable
+
+
+def exporter_class() -> Any:
+    """The OTLP span exporter of the protocol asked for; its package missing is a
+    `ConfigError` naming the extra to install (said as the run is set up, not at its first
+    span)."""
+    name, variable = protocol()
+    module, package, extra = PROTOCOLS[name]
+    try:
+        return importlib.import_module(module).OTLPSpanExporter
+    except ImportError as exc:
+        fix = (f"pip install 'patronus-tasks[{extra}]' (it brings {package}), or unset "
+               f"{variable} to export over OTLP/HTTP" if extra else f"pip install {package}")
+        raise ConfigError(f"exporting spans over OTLP {name}"
+                          + (f" ({variable})" if variable else "")
+                          + f" needs {package}, which is not installed ({exc}): {fix}.") from None
 
 
 def _ns(seconds: float) -> int:
@@ -71,7 +117,6 @@ def _provider() -> Any:
     its ended spans wait in `_PENDING` until a reporter sends them."""
     global _PROVIDER, _EXPORTER
     if _PROVIDER is None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
@@ -83,7 +128,7 @@ def _provider() -> Any:
                                     or "patronus-tasks"})
         _PROVIDER = TracerProvider(resource=resource)
         _PROVIDER.add_span_processor(Processor())
-        _EXPORTER = OTLPSpanExporter()
+        _EXPORTER = exporter_class()()
     return _PROVIDER
 
 
@@ -292,5 +337,9 @@ class OtelExporter:
 
 
 def reporters() -> list[OtelExporter]:
-    """The OpenTelemetry exporter, when the environment asks for one."""
-    return [OtelExporter()] if export_wanted() else []
+    """The OpenTelemetry exporter, when the environment asks for one (its protocol's
+    exporter checked here, as the run is set up: a missing one stops it before any row)."""
+    if not export_wanted():
+        return []
+    exporter_class()
+    return [OtelExporter()]
