@@ -20,7 +20,13 @@ import pandas as pd
 import pytest
 
 import patronus_tasks as patronus
-from patronus_tasks.evals import EvaluationResult, RemoteEvaluator, StructuredEvaluator, evaluator
+from patronus_tasks.evals import (
+    AsyncEvaluator,
+    EvaluationResult,
+    RemoteEvaluator,
+    StructuredEvaluator,
+    evaluator,
+)
 from patronus_tasks.experiments import (
     EvaluatorAdapter,
     FuncEvaluatorAdapter,
@@ -337,6 +343,60 @@ def test_the_docs_evaluators_combined(results_dir: Path) -> None:
     assert df[df["sid"] == "3"]["status"].tolist() == ["skipped"]
 
 
+class MatchEvaluator(AsyncEvaluator):
+    """The SDK docs' adapter example (patronus-py's docs: an exact and a fuzzy match, two
+    instances of one class, each transformed by its adapter)."""
+
+    def __init__(self, sanitizer: Any = None) -> None:
+        if sanitizer is None:
+            sanitizer = lambda x: x  # noqa: E731 (as the docs write it)
+        self.sanitizer = sanitizer
+
+    async def evaluate(self, actual: str, expected: str) -> EvaluationResult:
+        await asyncio.sleep(0)  # the docs sleep a random second: the two run concurrently
+        matched = self.sanitizer(actual) == self.sanitizer(expected)
+        return EvaluationResult(pass_=matched, score=int(matched))
+
+
+class MatchAdapter(EvaluatorAdapter):
+    def __init__(self, evaluator: MatchEvaluator) -> None:
+        super().__init__(evaluator)
+
+    def transform(self, row: Row, task_result: TaskResult | None, parent: Any,
+                  **kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [row.task_output, row.gold_answer], {}
+
+
+def test_the_docs_adapter_example_two_evaluators_of_one_name_each_recorded(
+        results_dir: Path) -> None:
+    """It stopped with "evaluator names ['MatchEvaluator'] appear more than once": the
+    second is MatchEvaluator#2, said once, with its own records, verdict and series."""
+    from patronus_tasks.results import compare_experiments
+
+    exact_match = MatchEvaluator()
+    fuzzy_match = MatchEvaluator(lambda x: x.strip().lower())
+    runs = []
+    for name in ("night-1", "night-2"):
+        with pytest.warns(UserWarning) as said:
+            runs.append(run_experiment(
+                dataset=[{"task_output": "string\t", "gold_answer": "string"}],
+                evaluators=[MatchAdapter(exact_match), MatchAdapter(fuzzy_match)],
+                experiment_name=name, **_local(results_dir)))
+        told = [str(w.message) for w in said if "share a name" in str(w.message)]
+        assert told == ["evaluators of one link share a name (the SDK 0.1.x runs them all); each "
+                        "is recorded under its own: 'MatchEvaluator' as 'MatchEvaluator#2' (the "
+                        "first keeps its name). Give each its own evaluator_id to choose the names."]
+    df = runs[0].to_dataframe()
+    assert df[["evaluator_id", "eval.pass", "eval.score"]].values.tolist() == [
+        ["MatchEvaluator", False, 0.0], ["MatchEvaluator#2", True, 1.0]]
+    stats = {e.evaluator: e.pass_rate for e in runs[0].results.summary().evaluators}
+    assert stats == {"MatchEvaluator": 0.0, "MatchEvaluator#2": 1.0}
+    # run to run, each is compared with itself (a series per evaluator, by name)
+    paired = compare_experiments(runs[0].results, runs[1].results).evaluators
+    assert {(e.evaluator, e.pass_rate_a, e.pass_rate_b) for e in paired} == {
+        ("MatchEvaluator", 0.0, 0.0), ("MatchEvaluator#2", 1.0, 1.0)}
+
+
 def test_bad_inputs_say_the_fix(results_dir: Path) -> None:
     data = [{"task_input": "a", "task_output": "b", "gold_answer": "b"}]
     with pytest.raises(TypeError, match=r"FuncEvaluatorAdapter\(iexact_match\)"):
@@ -358,10 +418,16 @@ def test_bad_inputs_say_the_fix(results_dir: Path) -> None:
         run_experiment(data, evaluators=[patronus.evals.Evaluator()], **_local(results_dir))
     with pytest.raises(ValueError, match="weight must be a number"):
         FuncEvaluatorAdapter(iexact_match, weight="heavy")
-    with pytest.raises(TypeError, match="two weights"):
-        run_experiment(data, evaluators=[FuncEvaluatorAdapter(iexact_match, weight="0.2"),
-                                         FuncEvaluatorAdapter(iexact_match, weight="0.5")],
-                       **_local(results_dir))
+    with pytest.raises(TypeError, match="two weights"):  # one evaluator, in two links
+        run_experiment(data, chain=[
+            {"task": None, "evaluators": [FuncEvaluatorAdapter(iexact_match, weight="0.2")]},
+            {"task": None, "evaluators": [FuncEvaluatorAdapter(iexact_match, weight="0.5")]}],
+            **_local(results_dir))
+    with pytest.warns(UserWarning, match="'iexact_match' as 'iexact_match#2'"):  # one link: two
+        two = run_experiment(data, evaluators=[FuncEvaluatorAdapter(iexact_match, weight="0.2"),
+                                               FuncEvaluatorAdapter(iexact_match, weight="0.5")],
+                             **_local(results_dir))
+    assert two.metadata == {"evaluator_weights": {"iexact_match:": "0.2", "iexact_match#2:": "0.5"}}
 
 
 class Plain(patronus.evals.Evaluator):

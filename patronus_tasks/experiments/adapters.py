@@ -180,11 +180,35 @@ def adapted(value: Any) -> BaseEvaluatorAdapter:
                     "EvaluatorAdapter(ev))")
 
 
-def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evaluator:
-    """The adapter as this package's evaluator step, named `step_name` of its id and
-    criteria; a remote evaluator is this package's remote evaluator (on ``endpoint``:
-    the experiment's ``api_key=``/``api_url=``, else `init`'s or the environment's)."""
-    name = step_name(adapter.evaluator_id, adapter.criteria)
+#: Told after an evaluator id that one link has already: ``MatchEvaluator#2``.
+SUFFIX = "#"
+
+
+def told_apart(adapters: list[BaseEvaluatorAdapter]) -> list[str]:
+    """The evaluator id of each of one link's adapters in the experiment: its own, the
+    second and later with one step name (id and criteria) ``<id>#2``, ``<id>#3``... The
+    SDK runs two evaluators of one class (an exact and a fuzzy ``MatchEvaluator``); here
+    a step's name keys its records, verdict and series, so each needs its own."""
+    ids, seen = [], set()
+    for adapter in adapters:
+        given = evaluator_id = adapter.evaluator_id
+        n = 1
+        while step_name(evaluator_id, adapter.criteria) in seen:
+            n += 1
+            evaluator_id = f"{given}{SUFFIX}{n}"
+        seen.add(step_name(evaluator_id, adapter.criteria))
+        ids.append(evaluator_id)
+    return ids
+
+
+def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None,
+            evaluator_id: str | None = None) -> _steps.Evaluator:
+    """The adapter as this package's evaluator step, named `step_name` of its id (or
+    ``evaluator_id``: `told_apart`'s) and criteria; a remote evaluator is this package's
+    remote evaluator (on ``endpoint``: the experiment's ``api_key=``/``api_url=``, else
+    `init`'s or the environment's)."""
+    evaluator_id = evaluator_id or adapter.evaluator_id
+    name = step_name(evaluator_id, adapter.criteria)
     weight = adapter.weight
     if isinstance(adapter.evaluator, AsyncRemoteEvaluator):
         remote = adapter.evaluator.engine_evaluator(name, endpoint)
@@ -195,12 +219,11 @@ def to_step(adapter: BaseEvaluatorAdapter, endpoint: Any = None) -> _steps.Evalu
     if adapter.is_async:
         async def judge_async(row: EngineRow, task_result: Any, parent: Any) -> Any:
             views = _views(row, task_result, parent)
-            return _engine(coerce(await adapter.call(*views), adapter.evaluator_id))
+            return _engine(coerce(await adapter.call(*views), evaluator_id))
         return _steps.FunctionEvaluator(judge_async, **options)
 
     def judge(row: EngineRow, task_result: Any, parent: Any) -> Any:
-        return _engine(coerce(adapter.call(*_views(row, task_result, parent)),
-                              adapter.evaluator_id))
+        return _engine(coerce(adapter.call(*_views(row, task_result, parent)), evaluator_id))
     return _steps.FunctionEvaluator(judge, **options)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -23,8 +24,8 @@ from patronus_tasks.define import dataset as _dataset
 from patronus_tasks.define import steps as _steps
 from patronus_tasks.define.row import Row as EngineRow
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.experiments.adapters import BaseEvaluatorAdapter, adapted, to_step
-from patronus_tasks.experiments.types import EvalParent, TaskResult
+from patronus_tasks.experiments.adapters import BaseEvaluatorAdapter, adapted, to_step, told_apart
+from patronus_tasks.experiments.types import EvalParent, TaskResult, canonical_name, step_name
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.results.experiment import Experiment as Results
 from patronus_tasks.results.weights import weighted_scores
@@ -89,8 +90,12 @@ def _endpoint(kwargs: Mapping[str, Any]) -> Any:
     return patronus_endpoint_of_init(api_key=kwargs.get("api_key"), api_url=kwargs.get("api_url"))
 
 
+#: One link: its task, and its adapters each with its evaluator id (`told_apart`).
+Link = tuple[TaskFn | None, list[tuple[BaseEvaluatorAdapter, str]]]
+
+
 def _links(task: TaskFn | None, evaluators: Sequence[Any] | None,
-           chain: Sequence[ChainLink] | None) -> list[tuple[TaskFn | None, list[BaseEvaluatorAdapter]]]:
+           chain: Sequence[ChainLink] | None) -> list[Link]:
     if chain is not None and evaluators is not None:
         raise ConfigError("pass evaluators= or chain=, not both: with chain=, each link's "
                           "evaluators go in it ({'task': ..., 'evaluators': [...]}).")
@@ -100,8 +105,23 @@ def _links(task: TaskFn | None, evaluators: Sequence[Any] | None,
     given: Any = chain if chain is not None else [{"task": task, "evaluators": evaluators or []}]
     if isinstance(given, Mapping):
         given = [given]
-    return [(link.get("task"), [adapted(e) for e in _listed(link.get("evaluators"))])
-            for link in given]
+    links = []
+    for link in given:
+        adapters = [adapted(e) for e in _listed(link.get("evaluators"))]
+        links.append((link.get("task"), list(zip(adapters, told_apart(adapters), strict=True))))
+    _say_told_apart(links)
+    return links
+
+
+def _say_told_apart(links: list[Link]) -> None:
+    """Once per experiment: which evaluators share a name, and what each is recorded as."""
+    renamed = [f"{a.evaluator_id!r} as {step_name(eid, a.criteria)!r}"
+               for _, named in links for a, eid in named if eid != a.evaluator_id]
+    if renamed:
+        warnings.warn(
+            "evaluators of one link share a name (the SDK 0.1.x runs them all); each is "
+            f"recorded under its own: {', '.join(renamed)} (the first keeps its name). Give "
+            "each its own evaluator_id to choose the names.", UserWarning, stacklevel=2)
 
 
 def _listed(value: Any) -> list[Any]:
@@ -110,16 +130,15 @@ def _listed(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _with_weights(metadata: Mapping[str, Any] | None,
-                  links: list[tuple[TaskFn | None, list[BaseEvaluatorAdapter]]]) -> dict[str, Any] | None:
+def _with_weights(metadata: Mapping[str, Any] | None, links: list[Link]) -> dict[str, Any] | None:
     """The experiment's metadata with ``evaluator_weights`` ({canonical name: weight as
     given}), as the SDK sends it; one evaluator with two weights is a `TypeError`."""
     weights: dict[str, Any] = {}
-    for _, adapters in links:
-        for adapter in adapters:
+    for _, named in links:
+        for adapter, evaluator_id in named:
             if adapter.weight is None:
                 continue
-            name = adapter.canonical_name
+            name = canonical_name(evaluator_id, adapter.criteria)
             if name in weights and str(weights[name]) != str(adapter.weight):
                 raise TypeError(f"evaluator {name!r} is given two weights: "
                                 f"{weights[name]!r} and {adapter.weight!r}; give it one")
@@ -130,11 +149,10 @@ def _with_weights(metadata: Mapping[str, Any] | None,
         (metadata or {}).get("evaluator_weights") or {})}}
 
 
-def _engine_link(link: tuple[TaskFn | None, list[BaseEvaluatorAdapter]],
-                 endpoint: Any = None) -> dict[str, Any]:
-    task, adapters = link
+def _engine_link(link: Link, endpoint: Any = None) -> dict[str, Any]:
+    task, named = link
     return {"task": None if task is None else task_step(task),
-            "evaluators": [to_step(a, endpoint) for a in adapters]}
+            "evaluators": [to_step(a, endpoint, eid) for a, eid in named]}
 
 
 def task_step(fn: TaskFn) -> _steps.Task:
