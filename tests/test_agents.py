@@ -296,6 +296,11 @@ def test_agent_limits_otel_error_type_and_a_reference_trajectory() -> None:
     assert span_attributes(failed)["error.type"] == "ToolError"  # the conventions': the type
     calls = [ToolCall("lookup", {"id": 1}, output=None)]
     assert _trajectory_text(calls, outputs=False) == '1. lookup({"id": 1})'  # no "-> null"
+    # an instrumentor's tool span (captured from the user's OpenTelemetry) is its tool's call
+    captured = [SpanData("s2", None, "execute_tool get_weather", "tool", 0.0, 1.0,
+                         attributes={"gen_ai.tool.name": "get_weather"}),
+                SpanData("s3", None, "lookup-tool", "tool", 1.0, 2.0, attributes={"tool.name": "lookup"})]
+    assert [c.name for c in Trace(captured).tool_calls()] == ["get_weather", "lookup"]
 
 
 def test_on_budget_stop_hands_the_run_to_the_evaluators(results_dir: Path) -> None:
