@@ -33,7 +33,12 @@ class ToolCall:
 
     @classmethod
     def of(cls, data: SpanData) -> ToolCall:
-        return cls(data.name, json_or_text(data.arguments), json_or_text(data.output), data.error)
+        """The call a ``tool`` span recorded; its tool's name is the span's, or the one its
+        attributes say when an instrumentor's span is named otherwise (the GenAI
+        conventions' ``execute_tool get_weather``, OpenInference's ``tool.name``)."""
+        named = data.attributes.get("gen_ai.tool.name") or data.attributes.get("tool.name")
+        return cls(str(named or data.name), json_or_text(data.arguments),
+                   json_or_text(data.output), data.error)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments, "output": self.output,
