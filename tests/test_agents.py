@@ -358,3 +358,26 @@ def test_traced_tools_in_a_class_or_a_factory_are_one_span_per_call_named_as_cal
     weather = tools.set_index("name").loc["get_weather"]
     assert json.loads(weather["attributes"])["source"] == "met-office"
     assert json.loads(weather["output"]) == "sunny in Paris"
+
+
+def test_a_tool_a_traced_tool_calls_is_a_span_of_its_own() -> None:
+    """Only the tool the agent called records into the agent's span of the call."""
+    from patronus_tasks import traced
+    from patronus_tasks.trace import Collector, collecting, span
+    from patronus_tasks.trace.decorate import tool_call
+
+    @traced(kind="tool")
+    def geocode(city: str) -> str:
+        return "48.9,2.4"
+
+    @traced(kind="tool")
+    def get_weather(city: str) -> str:
+        return f"sunny at {geocode(city)}"
+
+    with collecting(Collector()) as collector:
+        with span("get_weather", kind="tool") as called, tool_call(called):
+            get_weather("Paris")
+        geocode("Oslo")  # outside the agent's call: a span of its own too
+    spans = collector.harvest() or []
+    assert [(s.name, s.parent_id) for s in spans] == [
+        ("get_weather", None), ("geocode", called.span_id), ("geocode", None)]

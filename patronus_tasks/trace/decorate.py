@@ -36,9 +36,23 @@ def tool_call(opened: Span) -> Iterator[Span]:
         _AGENT_CALL.reset(token)
 
 
+class _InTheAgentsSpan(Span):
+    """A traced tool's span recording nothing: the agent's span of the call records it.
+    Inside, the mark is off: a tool the tool calls is a span of its own."""
+
+    __slots__ = ("_mark",)
+
+    def __enter__(self) -> Span:
+        self._mark = _AGENT_CALL.set(None)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        _AGENT_CALL.reset(self._mark)
+
+
 def _the_agents_call(attributes: dict[str, Any]) -> Span | None:
-    """A span recording nothing when an agent's tool span of this call is open right here
-    (its own attributes go to that span); None otherwise."""
+    """An `_InTheAgentsSpan` when an agent's tool span of this call is open right here
+    (the traced tool's attributes go to that span); None otherwise."""
     here = current_collector()
     if here is None or here[1] is None or here[1] != _AGENT_CALL.get():
         return None
@@ -47,7 +61,7 @@ def _the_agents_call(attributes: dict[str, Any]) -> Span | None:
         return None
     if attributes:
         Span(outer, None).set(**attributes)
-    return Span(SpanData(new_span_id(), None, outer.name, "tool", time.time()), None)
+    return _InTheAgentsSpan(SpanData(new_span_id(), None, outer.name, "tool", time.time()), None)
 
 
 def default_name(fn: Callable[..., Any], kind: str) -> str:
