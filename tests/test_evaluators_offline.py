@@ -400,19 +400,24 @@ def test_in_an_experiment_named_cached_repeated_and_a_bad_row(results_dir: Path)
     df = exp.to_dataframe()
     got = {(r.sid, r.evaluator_name): (r.status, r["pass"]) for _, r in df[df["repeat"] == 1].iterrows()}
     assert got[("a", "exact_match")] == ("ok", True) and got[("b", "number")] == ("ok", True)
-    assert got[("c", "refusal")] == ("ok", False) and got[("a", "number")] == ("ok", False)
+    assert got[("c", "refusal")] == ("ok", False)
+    assert got[("a", "number")] == ("error", None)  # "paris" holds no number: the row's error
     # The row with no gold answer: the evaluators needing it fail on that row only, saying
     # which field and how to fix it; the one that does not need it judged it.
     bad = df[(df["sid"] == "c") & (df["evaluator_name"] == "exact_match")].iloc[0]
     assert bad["status"] == "error" and bad["error_type"] == "DatasetError"
-    assert "evaluated_model_gold_answer" in bad["error_message"] and "sid=c" in bad["error_message"]
+    assert "the gold answer is empty; fill in evaluated_model_gold_answer" in bad["error_message"]
     assert "answers (does not decline)" in set(df["criteria"])
-    stats = {s.evaluator: s for s in exp.summary().evaluators}
+    summary = exp.summary()
+    stats = {s.evaluator: s for s in summary.evaluators}
     assert stats["refusal"].pass_rate == pytest.approx(2 / 3) and stats["exact_match"].errors == 2
+    # The summary names the row: one kind of error for every row with no gold answer.
+    kinds = {k.step: k for k in summary.error_kinds if "the gold answer is empty" in k.message}
+    assert kinds["evaluator 'exact_match'"].first_sid == "c" and kinds["evaluator 'exact_match'"].count == 2
     # A second run: every verdict from the cache (errors are never stored).
     again = run_experiment("ready-made", **{**kwargs, "experiment_name": "ready-2"}).to_dataframe()
     judged = again[(again["status"] == "ok") & again["evaluator_name"].notna()]
-    assert len(judged) == 18 and judged["evaluation_cached"].all()
+    assert len(judged) == 16 and judged["evaluation_cached"].all()
     assert judged[["sid", "repeat", "evaluator_name", "pass", "score"]].equals(
         df[(df["status"] == "ok") & df["evaluator_name"].notna()][
             ["sid", "repeat", "evaluator_name", "pass", "score"]])

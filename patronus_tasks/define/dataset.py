@@ -162,9 +162,12 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _read_file(path: Path, fmt: str, **kwargs: Any) -> pd.DataFrame:
+def _read_file(path: Path, fmt: str, texts: Sequence[str] = (), **kwargs: Any) -> pd.DataFrame:
     if fmt == "csv":
-        # Keep "NA", "null" and friends as text: only empty cells are missing.
+        # Keep "NA", "null" and friends as text: only empty cells are missing. The
+        # well-known fields (``texts``: their columns) are read as written, as a JSON Lines
+        # file gives them: pandas' guess made "007" 7, "42.0" 42 and "True" a bool.
+        kwargs.setdefault("dtype", dict.fromkeys(texts, str))
         return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
     if fmt == "jsonl":
         return _read_jsonl(path)
@@ -188,8 +191,9 @@ def _check_path(path: str | Path, fmt: str | None = None) -> tuple[Path, str]:
 def _load_file(path: str | Path, fmt: str | None, sid_field: str | None, fields: Mapping[str, Any],
                **kwargs: Any) -> Dataset:
     checked, fmt = _check_path(path, fmt)
-    df = _read_file(checked, fmt, **kwargs)
-    df = _rename(df, _field_mapping(sid_field, fields), str(checked))
+    mapping = _field_mapping(sid_field, fields)
+    texts = [mapping.get(name) or name for name in ROW_FIELDS]
+    df = _rename(_read_file(checked, fmt, texts, **kwargs), mapping, str(checked))
     if fmt == "csv" and _CONTEXT in df.columns:
         df[_CONTEXT] = df[_CONTEXT].map(_json_list)
     return Dataset(df, source=str(checked))

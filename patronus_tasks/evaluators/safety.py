@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patronus_tasks.define.step_results import EvaluationResult
-from patronus_tasks.evaluators.base import Check, verdict
+from patronus_tasks.evaluators.base import Check, as_text, blank, verdict
 from patronus_tasks.exceptions import ConfigError
 
 # Domains in any script (RFC 6531/IDNA: josé@correo.es, 用户@例子.广告) and punycode
@@ -119,8 +119,10 @@ def find_pii(text: str, kinds: list[str]) -> dict[str, int]:
 class Pii(Check):
     factory = "pii"
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
-        found = find_pii(evaluated_model_output or "", self.options["kinds"])
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
+        # An empty output holds no personal data: it passes (the input rule's one exception).
+        text = "" if blank(evaluated_model_output) else as_text(evaluated_model_output)
+        found = find_pii(text, self.options["kinds"])
         if not found:
             return verdict(True)
         said = ", ".join(f"{n} {kind.replace('_', ' ')}{'s' if n > 1 else ''}" for kind, n in found.items())

@@ -19,8 +19,7 @@ from patronus_tasks.evaluators.base import (
     check_choice,
     check_threshold,
     cut,
-    golds,
-    needs_output,
+    reads,
     scored,
 )
 from patronus_tasks.exceptions import ConfigError, DatasetError
@@ -70,12 +69,12 @@ class StringSimilarity(_Lazy):
     def build(self) -> Any:
         return _similarity(self.options["metric"])
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
         fold = str.casefold if self.options["ignore_case"] else str
         score, _ = best(fold(evaluated_model_output),
-                        [fold(g) for g in golds(evaluated_model_gold_answer)], self.scorer())
+                        [fold(g) for g in evaluated_model_gold_answer], self.scorer())
         return scored(float(score), self.options["threshold"])
 
 
@@ -107,11 +106,11 @@ class Rouge(_Lazy):
                      else tokenizers.DefaultTokenizer(use_stemmer=self.options["use_stemmer"]))
         return rouge_scorer.RougeScorer([self.options["kind"]], tokenizer=tokenizer)
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
         kind, scorer = self.options["kind"], self.scorer()
-        texts = self._readable(golds(evaluated_model_gold_answer), scorer)
+        texts = self._readable(evaluated_model_gold_answer, scorer)
         parts = {g: scorer.score(g, evaluated_model_output)[kind] for g in texts}
         gold = max(parts, key=lambda g: parts[g].fmeasure)
         s = parts[gold]
@@ -122,7 +121,7 @@ class Rouge(_Lazy):
         """The gold answers the tokenizer reads a word of (the scorer's own, as `build`
         gave it). None: every output would score 0 however right, that row's error;
         another acceptable answer beside one in another script is scored alone."""
-        kept = [t for t in texts if not t.strip() or scorer._tokenizer.tokenize(t)]
+        kept = [t for t in texts if scorer._tokenizer.tokenize(t)]
         if not kept:
             raise DatasetError(f"rouge: the gold answer {cut(texts[0], 60)!r} has no word "
                                "rouge-score's tokenizer keeps (its default keeps only a-z and "
@@ -160,11 +159,11 @@ def rouge(*, kind: str = "rougeL", threshold: float = 0.5, use_stemmer: bool = F
 
 
 class _Sacre(_Lazy):
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
         result = self.scorer().sentence_score(evaluated_model_output,
-                                              golds(evaluated_model_gold_answer))
+                                              evaluated_model_gold_answer)
         return scored(result.score / 100, self.options["threshold"], str(result))
 
 

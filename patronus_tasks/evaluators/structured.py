@@ -2,7 +2,8 @@
 library), equal to the gold answer's JSON (key order ignored, a partial score).
 
 An output in a Markdown code fence (```json ... ```), as chat models often answer, is
-read from inside the fence unless ``strip_fences=False``.
+read from inside the fence unless ``strip_fences=False``. An output or gold answer that is
+a parsed value already (a dict, a list, a number: a JSON dataset's objects) is that JSON.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from patronus_tasks.define.step_results import EvaluationResult
 from patronus_tasks.evaluators.base import (
     Check,
     check_bool,
+    check_choice,
     check_threshold,
     cut,
-    needs_output,
+    reads,
+    relative_closeness,
     scored,
     verdict,
 )
@@ -34,8 +37,15 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is Python's, not JSON's (RFC 8259 has no NaN or Infinity)")
 
 
-def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
-    """``text`` parsed, or (None, what is wrong with it)."""
+def parse_json(text: Any, strip_fences: bool) -> tuple[Any, str | None]:
+    """``text`` parsed, or (None, what is wrong with it). A value that is not text is
+    parsed JSON already: itself, if JSON can write it."""
+    if not isinstance(text, str):
+        try:
+            json.dumps(text, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return None, f"not JSON: {exc}"
+        return text, None
     fenced = _FENCE.search(text) if strip_fences and "```" in text else None
     if fenced:
         text = fenced.group(1)
@@ -51,17 +61,30 @@ def parse_json(text: str, strip_fences: bool) -> tuple[Any, str | None]:
 class JsonValid(Check):
     factory = "json_valid"
 
-    @needs_output
-    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
-        _, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
+    @reads(output="value")
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
+        value, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
+        if problem is None and self.options["require_container"] \
+                and not isinstance(value, dict | list):
+            kind = _KINDS.get(type(value), "a number")
+            problem = f"JSON {kind}, not an object or array (require_container)"
         return verdict(problem is None, problem)
 
 
-def json_valid(*, strip_fences: bool = True, **step: Any) -> JsonValid:
+_KINDS = {str: "a string", bool: "true or false", type(None): "null"}
+
+
+def json_valid(*, strip_fences: bool = True, require_container: bool = False,
+               **step: Any) -> JsonValid:
     """The output parses as JSON (``json.loads``; inside a Markdown code fence when
-    ``strip_fences``). Score 1 or 0; a failure says where the JSON breaks."""
-    return JsonValid({"strip_fences": check_bool("json_valid", "strip_fences", strip_fences)},
-                     "is valid JSON", step)
+    ``strip_fences``); a parsed value (a dict, list, number) is JSON. With
+    ``require_container``, only an object or an array passes (autoevals' ``ValidJSON``:
+    ``"1"`` fails). Score 1 or 0; a failure says where the JSON breaks."""
+    owner = "json_valid"
+    return JsonValid({"strip_fences": check_bool(owner, "strip_fences", strip_fences),
+                      "require_container": check_bool(owner, "require_container",
+                                                      require_container)},
+                     "is a JSON object or array" if require_container else "is valid JSON", step)
 
 
 def _load_schema(schema: Any) -> dict[str, Any]:
@@ -106,8 +129,8 @@ class JsonSchema(Check):
     def warm(self) -> None:
         self._validator()
 
-    @needs_output
-    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(output="value")
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
         value, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
         if problem is not None:
             return verdict(False, problem)
@@ -147,17 +170,46 @@ def json_schema(schema: dict[str, Any] | str | Path, *, strip_fences: bool = Tru
 
 def similarity(a: Any, b: Any) -> float:
     """How much of two JSON values agrees, in [0, 1]: objects by the mean over the union of
-    their keys (a missing key 0), arrays position by position over the longer, numbers
-    equal by value (1 and 1.0 alike), anything else equal or not."""
+    their keys (a key on one side only 0), arrays position by position over the longer,
+    numbers equal by value (1 and 1.0 alike), anything else equal or not."""
     if isinstance(a, dict) and isinstance(b, dict):
         keys = a.keys() | b.keys()
         return sum(similarity(a[k], b[k]) for k in keys if k in a and k in b) / len(keys) if keys else 1.0
     if isinstance(a, list) and isinstance(b, list):
-        longest = max(len(a), len(b))
-        return sum(similarity(x, y) for x, y in zip(a, b, strict=False)) / longest if longest else 1.0
+        return _positions(a, b, similarity)
     if _number(a) and _number(b):
         return float(math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0))
     return float(type(a) is type(b) and a == b)
+
+
+def _positions(a: list[Any], b: list[Any], leaf: Any) -> float:
+    longest = max(len(a), len(b))
+    return sum(leaf(x, y) for x, y in zip(a, b, strict=False)) / longest if longest else 1.0
+
+
+def graded(a: Any, b: Any) -> float:
+    """autoevals' ``JSONDiff`` (its defaults): objects by the mean over the union of their
+    keys, an absent key read as null; arrays position by position over the longer; texts by
+    Levenshtein similarity; numbers by ``NumericDiff``; null against null 1, against
+    anything else 0; other pairs (true against 1) by the similarity of their JSON texts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = a.keys() | b.keys()
+        return sum(graded(a.get(k), b.get(k)) for k in keys) / len(keys) if keys else 1.0
+    if isinstance(a, list) and isinstance(b, list):
+        return _positions(a, b, graded)
+    if isinstance(a, str) and isinstance(b, str):
+        return _levenshtein(a, b)
+    if _number(a) and _number(b):
+        return relative_closeness(a, b)
+    if a is None or b is None:
+        return float(a is b)
+    return _levenshtein(*(json.dumps(v, separators=(",", ":"), sort_keys=True) for v in (a, b)))
+
+
+def _levenshtein(a: str, b: str) -> float:
+    from rapidfuzz.distance import Levenshtein
+
+    return float(Levenshtein.normalized_similarity(a, b))
 
 
 def _number(v: Any) -> bool:
@@ -167,29 +219,33 @@ def _number(v: Any) -> bool:
 class JsonEqual(Check):
     factory = "json_equal"
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(gold="value", output="value")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
         got, problem = parse_json(evaluated_model_output, self.options["strip_fences"])
         if problem is not None:
             return verdict(False, f"the output is {problem}", score=0.0)
-        want = evaluated_model_gold_answer
-        if isinstance(want, str):
-            want, problem = parse_json(want, True)
-            if problem is not None:
-                raise DatasetError(f"json_equal: the gold answer is {problem}; fix the dataset's "
-                                   "evaluated_model_gold_answer (it must be JSON).")
-        score = similarity(got, want)
+        want, problem = parse_json(evaluated_model_gold_answer, True)
+        if problem is not None:
+            raise DatasetError(f"json_equal: the gold answer is {problem}; fix the dataset's "
+                               "evaluated_model_gold_answer (it must be JSON).")
+        score = (graded if self.options["leaves"] == "graded" else similarity)(got, want)
         return scored(score, self.options["threshold"],
-                      None if score == 1 else f"{score:.1%} of the gold JSON agrees")
+                      None if score == 1 else f"{score:.1%} of the JSON agrees")
 
 
-def json_equal(*, threshold: float = 1.0, strip_fences: bool = True, **step: Any) -> JsonEqual:
-    """The output's JSON equals the gold answer's (JSON text, or a value), key order
-    ignored. The score is the share that agrees (objects: the mean over the union of their
-    keys; arrays: position by position; numbers by value), so a nearly right object scores
-    near 1; passes at ``threshold`` (default: all of it)."""
+def json_equal(*, threshold: float = 1.0, strip_fences: bool = True, leaves: str = "exact",
+               **step: Any) -> JsonEqual:
+    """The output's JSON equals the gold answer's (JSON text, or a parsed value), key order
+    ignored. The score is the share that agrees: objects the mean over the union of both
+    objects' keys (a key on one side only scores 0: an extra key in the output lowers the
+    score, as does a null against an absent key), arrays position by position over the
+    longer, numbers by value (1 and 1.0 alike; true is not 1), so a nearly right object
+    scores near 1; passes at ``threshold`` (default: all of it). ``leaves="graded"`` scores
+    as autoevals' ``JSONDiff``: texts by Levenshtein similarity, numbers by ``NumericDiff``
+    (1 - |a - b| / (|a| + |b|)), an absent key as null."""
     owner = "json_equal"
     return JsonEqual({"threshold": check_threshold(owner, threshold),
-                      "strip_fences": check_bool(owner, "strip_fences", strip_fences)},
+                      "strip_fences": check_bool(owner, "strip_fences", strip_fences),
+                      "leaves": check_choice(owner, "leaves", leaves, ("exact", "graded"))},
                      "the same JSON as the gold answer", step)

@@ -3,6 +3,7 @@ refusals.
 
 Each factory returns an `Evaluator` named after it (or ``name=``). The gold answer may be
 one text or a list of acceptable ones (a JSON list in the dataset): a check passes on any.
+Empty fields and parsed values (numbers, dicts, lists) follow `base.reads`'s rule.
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ from typing import Any
 from patronus_tasks.define.step_results import EvaluationResult
 from patronus_tasks.evaluators.base import (
     Check,
+    as_text,
     best,
+    blank,
     check_bool,
     check_choice,
     check_number,
     check_texts,
     check_threshold,
     cut,
-    golds,
-    needs_output,
+    gold_texts,
     no_output,
     normalise,
+    reads,
+    relative_closeness,
     scored,
     verdict,
 )
@@ -39,13 +43,13 @@ _WHITESPACE = (True, False, "surrounding", "all")
 class ExactMatch(Check):
     factory = "exact_match"
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
         got = normalise(evaluated_model_output, **self.options)
         # No explanation: the output and the gold answer are in the row already.
         return verdict(any(normalise(g, **self.options) == got
-                           for g in golds(evaluated_model_gold_answer)))
+                           for g in evaluated_model_gold_answer))
 
 
 def exact_match(*, ignore_case: bool = True, ignore_whitespace: bool | str = True,
@@ -72,7 +76,7 @@ def exact_match(*, ignore_case: bool = True, ignore_whitespace: bool | str = Tru
 class Contains(Check):
     factory = "contains"
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
         return _contains(evaluated_model_output, self.options["texts"], self.options["mode"],
                          self.options["ignore_case"])
 
@@ -80,13 +84,10 @@ class Contains(Check):
 class ContainsGold(Check):
     factory = "contains"
 
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str | None = None) -> EvaluationResult:
-        texts = [t for t in golds(evaluated_model_gold_answer) if t.strip()]
-        if not texts:  # "" is in every output: a silent pass
-            raise DatasetError("contains: the gold answer is empty, and every output contains "
-                               "an empty text; fill in evaluated_model_gold_answer for this "
-                               "row, or give contains(text=...).")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
+        # An empty gold is the row's error, never a silent pass ("" is in every output).
+        texts = gold_texts(evaluated_model_gold_answer, self.factory)
         return _contains(evaluated_model_output, texts, "any", self.options["ignore_case"])
 
 
@@ -96,12 +97,12 @@ def _folded(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-def _contains(output: str | None, texts: list[str], mode: str, ignore_case: bool) -> EvaluationResult:
+def _contains(output: Any, texts: list[str], mode: str, ignore_case: bool) -> EvaluationResult:
     if (empty := no_output(output)) is not None:
         return empty
-    assert output is not None
     fold = _folded if ignore_case else str
-    found = [t for t in texts if fold(t) in fold(output)]
+    text = fold(as_text(output))
+    found = [t for t in texts if fold(t) in text]
     missing = [t for t in texts if t not in found]
     passed = bool(found) if mode == "any" else not missing
     if passed:
@@ -131,21 +132,53 @@ def contains(text: str | None = None, *, any_of: list[str] | None = None,
 class Regex(Check):
     factory = "regex"
 
-    @needs_output
-    def evaluate(self, evaluated_model_output: str = "") -> EvaluationResult:
-        pattern: re.Pattern[str] = self.options["pattern"]
-        match = (pattern.fullmatch if self.options["full_match"] else pattern.search)(
-            evaluated_model_output)
-        if match is None:
-            how = "does not match" if self.options["full_match"] else "has no match for"
-            return verdict(False, f"the output {how} /{cut(pattern.pattern, 80)}/")
+    @reads()
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
+        match = self.find(evaluated_model_output)
+        if isinstance(match, str):
+            return verdict(False, match)
         return verdict(True, f"matched {cut(match.group(0), 80)!r} at {match.start()}")
 
+    def find(self, text: str) -> re.Match[str] | str:
+        """The match in ``text``, or why there is none."""
+        pattern: re.Pattern[str] = self.options["pattern"]
+        match = (pattern.fullmatch if self.options["full_match"] else pattern.search)(text)
+        if match is not None:
+            return match
+        how = "does not match" if self.options["full_match"] else "has no match for"
+        return f"the output {how} /{cut(pattern.pattern, 80)}/"
 
-def regex(pattern: str, *, flags: int = 0, full_match: bool = False, **step: Any) -> Regex:
+
+class RegexGold(Regex):
+    """`regex` with ``group=``: the captured group is the answer, compared with the gold."""
+
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
+        match = self.find(evaluated_model_output)
+        if isinstance(match, str):
+            return verdict(False, match)
+        group = self.options["group"]
+        captured = match.group(group)
+        if captured is None:
+            return verdict(False, f"group {group!r} took no part in the match", captured=None)
+        got = normalise(captured, **_AS_EXACT_MATCH)
+        passed = any(normalise(g, **_AS_EXACT_MATCH) == got for g in evaluated_model_gold_answer)
+        said = f"captured {cut(captured, 80)!r}" + ("" if passed else ", not the gold answer")
+        return verdict(passed, said, captured=captured)
+
+
+#: `exact_match()`'s defaults: how `regex(group=)` compares the captured text.
+_AS_EXACT_MATCH = {"case": True, "whitespace": True, "unicode": True, "punctuation": False}
+
+
+def regex(pattern: str, *, flags: int = 0, full_match: bool = False,
+          group: int | str | None = None, **step: Any) -> Regex:
     """The output matches ``pattern`` (Python's `re`): anywhere (``re.search``), or as a
     whole with ``full_match=True``. ``flags``: `re` flags such as ``re.IGNORECASE``.
-    Score 1 or 0."""
+    ``group`` (a group's number or name): the text that group captured must equal the gold
+    answer (any of them; compared as `exact_match()` does), as Inspect AI's ``pattern``
+    scorer extracts an answer. Score 1 or 0."""
     if not isinstance(pattern, str) or not isinstance(flags, int):
         raise ConfigError(f"regex: pattern must be a string and flags an int (re flags), "
                           f"not {pattern!r} and {flags!r}.")
@@ -154,13 +187,29 @@ def regex(pattern: str, *, flags: int = 0, full_match: bool = False, **step: Any
     except re.error as exc:
         raise ConfigError(f"regex: pattern {pattern!r} is not a valid regular expression: {exc}. "
                           "Fix the pattern (escape literal characters with re.escape).") from None
-    return Regex({"pattern": compiled, "full_match": check_bool("regex", "full_match", full_match)},
-                 f"matches /{pattern}/", step)
+    options = {"pattern": compiled, "full_match": check_bool("regex", "full_match", full_match)}
+    if group is None:
+        return Regex(options, f"matches /{pattern}/", step)
+    return RegexGold({**options, "group": _check_group(compiled, group)},
+                     f"group {group!r} of /{pattern}/ equals the gold answer", step)
 
 
-# Numbers in text: "1,234.5", "-3", "2e-3", ".5"; a sign only where no word or digit precedes.
-_NUMBER = re.compile(r"(?<![\w.])[-+\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
-                     r"|(?<![\w.])[-+]?\.\d+")
+def _check_group(compiled: re.Pattern[str], group: Any) -> int | str:
+    known = (isinstance(group, int) and not isinstance(group, bool) and 0 <= group <= compiled.groups) \
+        or (isinstance(group, str) and group in compiled.groupindex)
+    if not known:
+        names = ", ".join(repr(n) for n in compiled.groupindex) or "none"
+        raise ConfigError(f"regex: group must be a group of the pattern: a number from 0 to "
+                          f"{compiled.groups} or a name (its names: {names}), not {group!r}.")
+    return group
+
+
+# Numbers in text: "1,234.5", "-3", "2e-3", ".5", "42%", "$42", "(42)". A number stands
+# alone: no word character or decimal point just before it, none just after it ("42abc",
+# "0x1F", "the 3rd", "v2" hold none), a sign only where no word or digit precedes.
+_END = r"(?![\w]|\.\d)"
+_NUMBER = re.compile(r"(?<![\w.])[-+\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?" + _END
+                     + r"|(?<![\w.])[-+\u2212]?\.\d+(?:[eE][-+]?\d+)?" + _END)
 
 
 def numbers_in(text: str) -> list[float]:
@@ -171,48 +220,54 @@ def numbers_in(text: str) -> list[float]:
 class NumericClose(Check):
     factory = "numeric_close"
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
-        want = self._pick(evaluated_model_gold_answer, "gold answer")
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
+        wants = [w for g in evaluated_model_gold_answer
+                 if isinstance(w := self._pick(g, "gold answer"), float)]
+        if not wants:
+            raise DatasetError(f"numeric_close: {self._pick(evaluated_model_gold_answer[0], 'gold answer')}"
+                               "; fix the dataset's evaluated_model_gold_answer (it must hold a number).")
         got = self._pick(evaluated_model_output, "output")
         if isinstance(got, str):
-            return verdict(False, got)
-        if isinstance(want, str):
-            raise DatasetError(f"numeric_close: {want}; fix the dataset's "
-                               "evaluated_model_gold_answer (it must hold a number).")
-        close = math.isclose(got, want, rel_tol=self.options["rel_tol"],
-                             abs_tol=self.options["abs_tol"])
-        return verdict(close, None if close else f"expected {want:g}, got {got:g}",
-                       expected=want, got=got)
+            return verdict(False, got, score=0.0)
+        closeness = [relative_closeness(got, w) for w in wants]
+        want = wants[closeness.index(max(closeness))]  # the nearest gold answer
+        close = any(math.isclose(got, w, rel_tol=self.options["rel_tol"],
+                                 abs_tol=self.options["abs_tol"]) for w in wants)
+        return verdict(close, None if close else f"expected {' or '.join(f'{w:g}' for w in wants)}, "
+                       f"got {got:g}", score=max(closeness) if self.options["score"] == "relative"
+                       else None, expected=want, got=got)
 
-    def _pick(self, value: Any, what: str) -> float | str:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        found = numbers_in(str(value))
+    def _pick(self, text: str, what: str) -> float | str:
+        found = numbers_in(text)
         pick = self.options["pick"]
         if not found:
-            return f"no number in the {what}: {cut(str(value), 80)!r}"
+            return f"no number in the {what}: {cut(text, 80)!r}"
         if pick == "only" and len(found) != 1:
-            return (f"the {what} holds {len(found)} numbers (pick='only' wants one): "
-                    f"{cut(str(value), 80)!r}")
+            return f"the {what} holds {len(found)} numbers (pick='only' wants one): {cut(text, 80)!r}"
         return found[-1] if pick == "last" else found[0]
 
 
 def numeric_close(*, abs_tol: float = 0.0, rel_tol: float = 1e-6, pick: str = "last",
-                  **step: Any) -> NumericClose:
-    """The number in the output is within a tolerance of the gold answer's number
-    (``math.isclose``: ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)``).
+                  score: str = "binary", **step: Any) -> NumericClose:
+    """The number in the output is within a tolerance of the gold answer's number (any of
+    them, for a list) (``math.isclose``: ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)``).
 
-    Numbers are read from text ("The total is 1,234.50 USD" gives 1234.5); ``pick`` says
-    which when there are several: ``"last"`` (the final answer, as GSM8K-style graders
-    do), ``"first"``, or ``"only"`` (more than one is a fail). An output with no number
-    fails; a gold answer with none is that row's error. Score 1 or 0.
+    Numbers are read from text ("The total is 1,234.50 USD" gives 1234.5); a number stands
+    alone: a letter, digit or decimal point right before or after it makes it no number
+    ("42abc", "0x1F", "the 3rd" hold none; "42%", "$42", "(42)." do). ``pick`` says which
+    when there are several: ``"last"`` (the final answer, as GSM8K-style graders do),
+    ``"first"``, or ``"only"`` (more than one is a fail). An output with no number fails; a
+    gold answer with none is that row's error. ``score``: ``"binary"`` (1 or 0) or
+    ``"relative"`` (autoevals' ``NumericDiff``: 1 - |a - b| / (|a| + |b|) against the
+    nearest gold number; the pass is still the tolerance's).
     """
     owner = "numeric_close"
     options = {"abs_tol": check_number(owner, "abs_tol", abs_tol),
                "rel_tol": check_number(owner, "rel_tol", rel_tol),
-               "pick": check_choice(owner, "pick", pick, ("last", "first", "only"))}
+               "pick": check_choice(owner, "pick", pick, ("last", "first", "only")),
+               "score": check_choice(owner, "score", score, ("binary", "relative"))}
     return NumericClose(options, f"the number is within abs {abs_tol:g} / rel {rel_tol:g} of the "
                         "gold answer's", step)
 
@@ -241,10 +296,10 @@ def squad_f1(prediction: str, gold: str) -> float:
 class TokenF1(Check):
     factory = "token_f1"
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: Any,
-                 evaluated_model_output: str = "") -> EvaluationResult:
-        score, _ = best(evaluated_model_output, golds(evaluated_model_gold_answer), squad_f1)
+    @reads(gold="texts")
+    def evaluate(self, evaluated_model_gold_answer: Any = None,
+                 evaluated_model_output: Any = None) -> EvaluationResult:
+        score, _ = best(evaluated_model_output, evaluated_model_gold_answer, squad_f1)
         return scored(score, self.options["threshold"])
 
 
@@ -271,10 +326,11 @@ _REFUSALS = (
 class Refusal(Check):
     factory = "refusal"
 
-    def evaluate(self, evaluated_model_output: str | None = None) -> EvaluationResult:
-        text = (evaluated_model_output or "").replace("\u2019", "'")
+    def evaluate(self, evaluated_model_output: Any = None) -> EvaluationResult:
+        empty = blank(evaluated_model_output)  # an empty output declines, by the input rule
+        text = "" if empty else as_text(evaluated_model_output).replace("\u2019", "'")
         found = next((m for p in self.options["patterns"] if (m := re.search(p, text, re.I))), None)
-        refused = found is not None or (evaluated_model_output or "").strip() == ""
+        refused = found is not None or empty
         said = (f"declines: {cut(found.group(0), 80)!r}" if found else
                 "declines (no output)" if refused else "does not decline")
         return verdict(refused == self.options["expect"], said)
