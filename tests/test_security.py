@@ -8,7 +8,6 @@ writes, the server's authentication, names and other input.
 
 from __future__ import annotations
 
-
 # ---------------------------------------------------------------------------------------
 # 1. The SQL sandbox: sql_result_match runs the model's query with no files, network,
 #    extensions or settings, one statement, within its timeout and result caps.
@@ -40,6 +39,81 @@ from __future__ import annotations
 # ---------------------------------------------------------------------------------------
 # 4. Names cannot collide; the report's template; credentials in URLs; huge datasets.
 # ---------------------------------------------------------------------------------------
+
+
+# Imports are in the tests: the sections above are others', and come first.
+
+
+def _counted_run(results_dir, name: str, calls: list[str], **options):
+    """A run of one row whose task counts its calls (a reused row makes none)."""
+    from patronus_tasks import run_experiment, task
+
+    @task
+    def answer(evaluated_model_input: str) -> str:
+        calls.append(name)
+        return evaluated_model_input
+
+    return run_experiment("p", data=[{"sid": "1", "evaluated_model_input": "q"}], task=answer,
+                          experiment_name=name, backend="local", results_dir=results_dir,
+                          print_summary=False, html_report=False, **options)
+
+
+def test_names_that_clean_alike_keep_a_folder_and_rows_each(results_dir) -> None:
+    """``resume=True`` for "nightly/a" reused the rows of "nightly a" ("1 of 1 rows
+    reused"): both were kept in ``nightly_a``."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+    from patronus_tasks.results.store import load_experiment
+
+    calls: list[str] = []
+    spaced = _counted_run(results_dir, "nightly a", calls)
+    slashed = _counted_run(results_dir, "nightly/a", calls, resume=True)
+    assert calls == ["nightly a", "nightly/a"]  # its own row ran: nothing of the other's reused
+    assert spaced.location != slashed.location
+    assert slashed.location.name == "nightly_a-c70714a3"  # the name cleaned, and its hash
+    assert json.loads((slashed.path / "manifest.json").read_text())["experiment_name"] == "nightly/a"
+    safe = _counted_run(results_dir, "nightly_a", calls)
+    assert safe.location.name == "nightly_a"  # a name that is safe already keeps its folder
+    # Each is found by its own name, and listed by it beside its folder.
+    for name, run in (("nightly/a", slashed), ("p/nightly/a", slashed), ("nightly a", spaced),
+                      ("nightly_a", safe), ("nightly_a-c70714a3", slashed)):
+        assert load_experiment(name, results_dir).location == run.location, name
+    listed = CliRunner().invoke(app, ["list", "--results-dir", str(results_dir)]).stdout
+    assert "p/nightly/a (nightly_a-c70714a3)" in listed and "p/nightly_a  " in listed, listed
+    shown = CliRunner().invoke(app, ["show", "nightly/a", "--results-dir", str(results_dir)])
+    assert shown.exit_code == 0 and "nightly/a" in shown.stdout, shown.output
+
+
+def test_a_resume_never_goes_on_with_another_names_run(results_dir) -> None:
+    """``x-2`` is a name and a second run of ``x``'s folder: resuming ``x`` went on with
+    the run named ``x-2``; an ``experiment_id`` of another name's run was resumed as this
+    name (into that run's folder). The first is stepped over, the second refused."""
+    import pytest
+
+    from patronus_tasks import ConfigError
+
+    calls: list[str] = []
+    x = _counted_run(results_dir, "x", calls)
+    _counted_run(results_dir, "x-2", calls)
+    assert _counted_run(results_dir, "x", calls, resume=True).location == x.location
+    assert calls == ["x", "x-2"]  # x's own row, reused
+    spaced = _counted_run(results_dir, "nightly a", calls)
+    with pytest.raises(ConfigError) as refused:
+        _counted_run(results_dir, "nightly/a", calls, resume=True,
+                     experiment_id=spaced.manifest.experiment_id)
+    said = str(refused.value)
+    assert "is a run of p/'nightly a'" in said and "not of p/'nightly/a'" in said, said
+    assert "experiment_name='nightly a'" in said and len(calls) == 3
+    # A run in the folder an older version gave it (``nightly_a``) is still resumed by
+    # its own name, and by no other.
+    spaced.path.rename(results_dir / "p" / "nightly_a")
+    again = _counted_run(results_dir, "nightly a", calls, resume=True)
+    assert again.location.name == "nightly_a" and len(calls) == 3
+    other = _counted_run(results_dir, "nightly/a", calls, resume=True)
+    assert other.location.name == "nightly_a-c70714a3" and calls[-1] == "nightly/a"
 
 
 # (end of the names section)
