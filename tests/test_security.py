@@ -116,4 +116,41 @@ def test_a_resume_never_goes_on_with_another_names_run(results_dir) -> None:
     assert other.location.name == "nightly_a-c70714a3" and calls[-1] == "nightly/a"
 
 
+def test_data_never_reaches_the_reports_template(results_dir) -> None:
+    """A name or sid holding ``/*DATA*/`` or ``__SECTIONS__`` was replaced by the report's
+    records or sections (a 400-byte value grew a report from 0.45 MB to 20.7 MB)."""
+    from patronus_tasks import TaskResult, evaluator, run_experiment, task
+    from patronus_tasks.report import REPORT_FILE
+
+    from .chromium import Browser, chromium_or_skip
+    from .conftest import RECORDED_WITHIN
+
+    chromium_or_skip()
+    slots = "/*DATA*/ __SECTIONS__ __HEADER__ __TITLE__"  # each was filled wherever it was
+
+    @task
+    def echoed(evaluated_model_input: str) -> str:
+        return f"{evaluated_model_input} {slots}"
+
+    @evaluator
+    def has_q(task_result: TaskResult) -> bool:
+        return "q" in (task_result.evaluated_model_output or "")
+
+    data = [{"sid": f"{slots} {i}", "evaluated_model_input": f"q{i} {slots}"} for i in range(4)]
+    exp = run_experiment(f"p {slots}", data=data, task=echoed, evaluators=[has_q],
+                         experiment_name=f"n {slots}", backend="local",
+                         results_dir=results_dir, print_summary=False)
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
+    page = exp.path / REPORT_FILE
+    html = page.read_text()
+    assert len(html.encode()) < 60_000, len(html)  # 50 kB, as with names free of slots
+    assert html.count('<script id="report-data"') == 1 and html.count("data:image/png") == 2
+    with Browser() as b:
+        b.open(page.as_uri())
+        assert b.wait_for("document.body.dataset.ready && document.body.dataset.shown") == "4"
+        assert b.js("document.title") == f"p {slots}/n {slots}"
+        assert b.js("document.querySelector('h1').textContent") == f"p {slots}/n {slots}"
+        assert f"{slots} 3" in b.js("document.querySelector('#rows').innerText")
+
+
 # (end of the names section)
