@@ -153,4 +153,38 @@ def test_data_never_reaches_the_reports_template(results_dir) -> None:
         assert f"{slots} 3" in b.js("document.querySelector('#rows').innerText")
 
 
+def test_an_endpoint_url_with_credentials_never_drops_the_key(monkeypatch) -> None:
+    """httpx sent a URL's ``user:pass@`` as Basic auth in place of the API key: the key
+    was dropped without a word. Now: with a key, refused (the password never said);
+    without one, the Basic auth the URL stands for, sent and kept out of the URL."""
+    import asyncio
+    import base64
+
+    import pytest
+
+    from patronus_tasks import ConfigError
+    from patronus_tasks.http import Endpoint
+    from patronus_tasks.openai import LLMJudge, openai_endpoint
+
+    from .servers import echo_chat, serve
+
+    with serve(echo_chat) as server:
+        url = server.url.replace("http://", "http://alice:pa55word@") + "/v1"
+        with pytest.raises(ConfigError) as refused:
+            openai_endpoint(url, "sk-key-123456")
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-key-123456")
+        with pytest.raises(ConfigError) as from_env:
+            LLMJudge("judge", "is polite")
+        for said in (str(refused.value), str(from_env.value)):
+            assert "http://***:***@127.0.0.1" in said and "Authorization" in said, said
+            assert "pa55word" not in said and "alice" not in said and "sk-key" not in said
+        endpoint = Endpoint(url)  # no key: the URL's credentials are the auth, as documented
+        asyncio.run(endpoint.request("POST", "/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        sent = server.requests[-1].headers["authorization"]
+        assert sent == "Basic " + base64.b64encode(b"alice:pa55word").decode()
+        assert "pa55word" not in endpoint.base_url + repr(endpoint)  # nor in cache keys
+
+
 # (end of the names section)
