@@ -15,6 +15,7 @@ them: what it refuses is sent again once it allows, never dropped and never soon
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import functools
 import logging
@@ -27,11 +28,11 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from patronus_tasks.exceptions import RemoteAPIError
+from patronus_tasks.exceptions import ConfigError, RemoteAPIError
 
 logger = logging.getLogger("patronus_tasks.http")
 _RETRY_AFTER_CAP = 60.0
@@ -98,11 +99,10 @@ class Endpoint:
         """``transport``: what carries the requests instead of the network (an
         ``httpx.MockTransport`` answering in-process: the agents' local policy);
         ``hints``: what to check, by HTTP status, said with an error of that status."""
-        self.base_url = base_url.rstrip("/")
-        self.shown_url = redact_url(self.base_url)  # in messages: no user:password, no key=
+        self.shown_url = redact_url(base_url.rstrip("/"))  # in messages: no user:password, no key=
+        self.base_url, self._headers = _with_url_credentials(base_url.rstrip("/"), dict(headers or {}))
         self.hints = {**_STATUS_HINTS, **(hints or {})}
         self.transport = transport
-        self._headers = dict(headers or {})
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.max_attempts, self.backoff, self.max_backoff = max(1, max_attempts), backoff, max_backoff
         self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
@@ -124,7 +124,7 @@ class Endpoint:
         if self.shown_url != self.base_url:
             text = text.replace(self.base_url, self.shown_url)
         for value in self._headers.values():
-            for secret in {value, value.removeprefix("Bearer ")}:
+            for secret in {value, value.removeprefix("Bearer "), value.removeprefix("Basic ")}:
                 if len(secret) >= 6:
                     text = text.replace(secret, "***")
         return text
@@ -205,6 +205,27 @@ class Endpoint:
         if state is not None:
             for client in state.clients:
                 await client.aclose()
+
+
+def _with_url_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A ``user:password@`` in ``url`` as the Basic auth they stand for (a proxy's in front
+    of a server), sent in ``Authorization`` and out of the URL (which is shown, logged and
+    part of cache keys); refused with a key for that same header (an OpenAI-compatible
+    API key): httpx sent the URL's Basic auth in its place, and the key was silently
+    dropped. The error names the URL with its credentials as ``***``."""
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, headers
+    if any(k.lower() == "authorization" for k in headers):
+        raise ConfigError(
+            f"the endpoint {redact_url(url)} has a user and password in its URL, and an API "
+            "key: both go in the one Authorization header, so one would be dropped. Take the "
+            "user:password@ out of the URL (the key is sent), or drop the key (api_key=, "
+            "OPENAI_API_KEY) where the server wants only the URL's Basic auth.")
+    name, _, password = user.partition(":")
+    token = base64.b64encode(f"{unquote(name)}:{unquote(password)}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=host)), {**headers, "authorization": f"Basic {token}"}
 
 
 _STATUS_HINTS = {

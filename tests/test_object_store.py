@@ -87,26 +87,27 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
                          experiment_name="first", backend="local", results_dir=url,
                          print_summary=False)
     assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
-    assert _keys(s3, prefix) == ["s3_project/first/manifest.json", "s3_project/first/report.html",
-                                 "s3_project/first/results.parquet",
-                                 "s3_project/first/spans.parquet"]  # the report an object too
-    assert str(exp.results_path) == _url(s3, f"{prefix}/s3_project/first/results.parquet")
+    folder = "s3_project-ec8c5516/first"  # the project's name cleaned, and its hash
+    assert _keys(s3, prefix) == [f"{folder}/manifest.json", f"{folder}/report.html",
+                                 f"{folder}/results.parquet",
+                                 f"{folder}/spans.parquet"]  # the report an object too
+    assert str(exp.results_path) == _url(s3, f"{prefix}/{folder}/results.parquet")
     assert exp.manifest["status"] == "completed" and exp.manifest["rows"] == 12
     assert exp.to_dataframe()["pass"].all() and len(exp.to_dataframe()) == 12
-    assert f"Results: s3://{BUCKET}/{prefix}/s3_project/first/results.parquet" in exp.format_summary()
+    assert f"Results: s3://{BUCKET}/{prefix}/{folder}/results.parquet" in exp.format_summary()
     # By URL of its folder, by name under the results URL, and in the listing.
-    assert len(load_experiment(_url(s3, f"{prefix}/s3_project/first")).to_dataframe()) == 12
+    assert len(load_experiment(_url(s3, f"{prefix}/{folder}")).to_dataframe()) == 12
     assert load_experiment("s3 project/first", results_dir=url).manifest == exp.manifest
     assert [e.name for e in list_experiments(url)] == ["first"]
     # Plain pyarrow and pandas read the object too.
     fs = pafs.S3FileSystem(endpoint_override=s3, scheme="http")
-    key = f"{BUCKET}/{prefix}/s3_project/first/results.parquet"
+    key = f"{BUCKET}/{prefix}/s3_project-ec8c5516/first/results.parquet"
     assert pq.read_table(key, filesystem=fs).num_rows == 12
     assert len(pd.read_parquet(key, filesystem=fs)) == 12
     # A second run of the name gets a folder of its own, as locally.
     again = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
                            experiment_name="first", backend="local", results_dir=url, print_summary=False)
-    assert str(again.path).startswith(f"s3://{BUCKET}/{prefix}/s3_project/first-2?")
+    assert str(again.path).startswith(f"s3://{BUCKET}/{prefix}/s3_project-ec8c5516/first-2?")
 
 
 def test_cli_takes_a_results_url(s3: str) -> None:
@@ -282,9 +283,9 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
                 flow_run_id=ArtifactFilterFlowRunId(any_=[exp.manifest["flow_run_id"]])))
         return [str(a.data) for a in found]
 
-    target = f"s3://{BUCKET}/{prefix}/S3_Linked/nightly/results.parquet"
+    target = f"s3://{BUCKET}/{prefix}/S3_Linked-ddd83ad1/nightly/results.parquet"
     assert asyncio.run(links()) == [f"[{target}]({target})"]
-    assert str(exp.results_path) == _url(s3, f"{prefix}/S3_Linked/nightly/results.parquet")
+    assert str(exp.results_path) == _url(s3, f"{prefix}/S3_Linked-ddd83ad1/nightly/results.parquet")
     assert exp.to_dataframe()["pass"].all()
     # The records catch up in the background, noting it in the manifest in S3 (before
     # this module's server goes: wait for them).

@@ -290,7 +290,7 @@ def test_full_example_with_a_remote_evaluator(prefect_server: str, openai_stand_
         monkeypatch.setenv("PATRONUS_API_KEY", "pt-test-key-000000")
         monkeypatch.setenv("PATRONUS_API_URL", patronus.url)
         _exec(FULL_EXAMPLE)
-    exp = Experiment(tmp_path / "results" / "Tutorial" / "OpenAI_Task")
+    exp = Experiment(tmp_path / "results" / "Tutorial" / "OpenAI_Task-50e05a25")  # name + hash
     df = exp.to_dataframe().sort_values("sid")
     assert df["pass"].tolist() == [True, True, False]  # the poet rambles
     assert df["evaluator_name"].tolist() == ["is-on-point"] * 3

@@ -8,7 +8,6 @@ writes, the server's authentication, names and other input.
 
 from __future__ import annotations
 
-
 # ---------------------------------------------------------------------------------------
 # 1. The SQL sandbox: sql_result_match runs the model's query with no files, network,
 #    extensions or settings, one statement, within its timeout and result caps.
@@ -40,6 +39,196 @@ from __future__ import annotations
 # ---------------------------------------------------------------------------------------
 # 4. Names cannot collide; the report's template; credentials in URLs; huge datasets.
 # ---------------------------------------------------------------------------------------
+
+
+# Imports are in the tests: the sections above are others', and come first.
+
+
+def _counted_run(results_dir, name: str, calls: list[str], **options):
+    """A run of one row whose task counts its calls (a reused row makes none)."""
+    from patronus_tasks import run_experiment, task
+
+    @task
+    def answer(evaluated_model_input: str) -> str:
+        calls.append(name)
+        return evaluated_model_input
+
+    return run_experiment("p", data=[{"sid": "1", "evaluated_model_input": "q"}], task=answer,
+                          experiment_name=name, backend="local", results_dir=results_dir,
+                          print_summary=False, html_report=False, **options)
+
+
+def test_names_that_clean_alike_keep_a_folder_and_rows_each(results_dir) -> None:
+    """``resume=True`` for "nightly/a" reused the rows of "nightly a" ("1 of 1 rows
+    reused"): both were kept in ``nightly_a``."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+    from patronus_tasks.results.store import load_experiment
+
+    calls: list[str] = []
+    spaced = _counted_run(results_dir, "nightly a", calls)
+    slashed = _counted_run(results_dir, "nightly/a", calls, resume=True)
+    assert calls == ["nightly a", "nightly/a"]  # its own row ran: nothing of the other's reused
+    assert spaced.location != slashed.location
+    assert slashed.location.name == "nightly_a-c70714a3"  # the name cleaned, and its hash
+    assert json.loads((slashed.path / "manifest.json").read_text())["experiment_name"] == "nightly/a"
+    safe = _counted_run(results_dir, "nightly_a", calls)
+    assert safe.location.name == "nightly_a"  # a name that is safe already keeps its folder
+    # Each is found by its own name, and listed by it beside its folder.
+    for name, run in (("nightly/a", slashed), ("p/nightly/a", slashed), ("nightly a", spaced),
+                      ("nightly_a", safe), ("nightly_a-c70714a3", slashed)):
+        assert load_experiment(name, results_dir).location == run.location, name
+    listed = CliRunner().invoke(app, ["list", "--results-dir", str(results_dir)]).stdout
+    assert "p/nightly/a (nightly_a-c70714a3)" in listed and "p/nightly_a  " in listed, listed
+    shown = CliRunner().invoke(app, ["show", "nightly/a", "--results-dir", str(results_dir)])
+    assert shown.exit_code == 0 and "nightly/a" in shown.stdout, shown.output
+
+
+def test_a_resume_never_goes_on_with_another_names_run(results_dir) -> None:
+    """``x-2`` is a name and a second run of ``x``'s folder: resuming ``x`` went on with
+    the run named ``x-2``; an ``experiment_id`` of another name's run was resumed as this
+    name (into that run's folder). The first is stepped over, the second refused."""
+    import pytest
+
+    from patronus_tasks import ConfigError
+
+    calls: list[str] = []
+    x = _counted_run(results_dir, "x", calls)
+    _counted_run(results_dir, "x-2", calls)
+    assert _counted_run(results_dir, "x", calls, resume=True).location == x.location
+    assert calls == ["x", "x-2"]  # x's own row, reused
+    spaced = _counted_run(results_dir, "nightly a", calls)
+    with pytest.raises(ConfigError) as refused:
+        _counted_run(results_dir, "nightly/a", calls, resume=True,
+                     experiment_id=spaced.manifest.experiment_id)
+    said = str(refused.value)
+    assert "is a run of p/'nightly a'" in said and "not of p/'nightly/a'" in said, said
+    assert "experiment_name='nightly a'" in said and len(calls) == 3
+    # A run in the folder an older version gave it (``nightly_a``) is still resumed by
+    # its own name, and by no other.
+    spaced.path.rename(results_dir / "p" / "nightly_a")
+    again = _counted_run(results_dir, "nightly a", calls, resume=True)
+    assert again.location.name == "nightly_a" and len(calls) == 3
+    other = _counted_run(results_dir, "nightly/a", calls, resume=True)
+    assert other.location.name == "nightly_a-c70714a3" and calls[-1] == "nightly/a"
+
+
+def test_data_never_reaches_the_reports_template(results_dir) -> None:
+    """A name or sid holding ``/*DATA*/`` or ``__SECTIONS__`` was replaced by the report's
+    records or sections (a 400-byte value grew a report from 0.45 MB to 20.7 MB)."""
+    from patronus_tasks import TaskResult, evaluator, run_experiment, task
+    from patronus_tasks.report import REPORT_FILE
+
+    from .chromium import Browser, chromium_or_skip
+    from .conftest import RECORDED_WITHIN
+
+    chromium_or_skip()
+    slots = "/*DATA*/ __SECTIONS__ __HEADER__ __TITLE__"  # each was filled wherever it was
+
+    @task
+    def echoed(evaluated_model_input: str) -> str:
+        return f"{evaluated_model_input} {slots}"
+
+    @evaluator
+    def has_q(task_result: TaskResult) -> bool:
+        return "q" in (task_result.evaluated_model_output or "")
+
+    data = [{"sid": f"{slots} {i}", "evaluated_model_input": f"q{i} {slots}"} for i in range(4)]
+    exp = run_experiment(f"p {slots}", data=data, task=echoed, evaluators=[has_q],
+                         experiment_name=f"n {slots}", backend="local",
+                         results_dir=results_dir, print_summary=False)
+    assert exp.wait_recorded(RECORDED_WITHIN)  # the report is written after the results
+    page = exp.path / REPORT_FILE
+    html = page.read_text()
+    assert len(html.encode()) < 60_000, len(html)  # 50 kB, as with names free of slots
+    assert html.count('<script id="report-data"') == 1 and html.count("data:image/png") == 2
+    with Browser() as b:
+        b.open(page.as_uri())
+        assert b.wait_for("document.body.dataset.ready && document.body.dataset.shown") == "4"
+        assert b.js("document.title") == f"p {slots}/n {slots}"
+        assert b.js("document.querySelector('h1').textContent") == f"p {slots}/n {slots}"
+        assert f"{slots} 3" in b.js("document.querySelector('#rows').innerText")
+
+
+def test_an_endpoint_url_with_credentials_never_drops_the_key(monkeypatch) -> None:
+    """httpx sent a URL's ``user:pass@`` as Basic auth in place of the API key: the key
+    was dropped without a word. Now: with a key, refused (the password never said);
+    without one, the Basic auth the URL stands for, sent and kept out of the URL."""
+    import asyncio
+    import base64
+
+    import pytest
+
+    from patronus_tasks import ConfigError
+    from patronus_tasks.http import Endpoint
+    from patronus_tasks.openai import LLMJudge, openai_endpoint
+
+    from .servers import echo_chat, serve
+
+    with serve(echo_chat) as server:
+        url = server.url.replace("http://", "http://alice:pa55word@") + "/v1"
+        with pytest.raises(ConfigError) as refused:
+            openai_endpoint(url, "sk-key-123456")
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-key-123456")
+        with pytest.raises(ConfigError) as from_env:
+            LLMJudge("judge", "is polite")
+        for said in (str(refused.value), str(from_env.value)):
+            assert "http://***:***@127.0.0.1" in said and "Authorization" in said, said
+            assert "pa55word" not in said and "alice" not in said and "sk-key" not in said
+        endpoint = Endpoint(url)  # no key: the URL's credentials are the auth, as documented
+        asyncio.run(endpoint.request("POST", "/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        sent = server.requests[-1].headers["authorization"]
+        assert sent == "Basic " + base64.b64encode(b"alice:pa55word").decode()
+        assert "pa55word" not in endpoint.base_url + repr(endpoint)  # nor in cache keys
+
+
+def _wide_sources(folder, columns: int) -> dict[str, object]:
+    """One row of ``columns`` columns from each source a dataset comes from."""
+    import json
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {f"c{i}": i for i in range(columns)}
+    (folder / "wide.jsonl").write_text(json.dumps(row) + "\n")
+    (folder / "wide.csv").write_text(",".join(row) + "\n" + ",".join(map(str, row.values())) + "\n")
+    pq.write_table(pa.table({k: [v] for k, v in row.items()}), folder / "wide.parquet")
+    return {"a list of dicts": [row], "a DataFrame": pd.DataFrame([row]),
+            "JSONL": folder / "wide.jsonl", "CSV": folder / "wide.csv",
+            "Parquet": folder / "wide.parquet"}
+
+
+def test_a_dataset_over_the_column_limit_is_refused_at_once(tmp_path) -> None:
+    """10^6 columns ran for minutes with no word (100,000: 92 s): each source is now
+    refused, naming the count, the limit and the fix, before it is read whole
+    (bench/wide_dataset.py times it for 10^6)."""
+    import pandas as pd
+    import pytest
+
+    from patronus_tasks import DatasetError
+    from patronus_tasks.datasets import Dataset as SDKDataset
+    from patronus_tasks.datasets import read_csv as sdk_read_csv
+    from patronus_tasks.datasets import read_jsonl as sdk_read_jsonl
+    from patronus_tasks.define.dataset import load_dataset
+    from patronus_tasks.define.wide import MAX_COLUMNS
+
+    sources = _wide_sources(tmp_path, MAX_COLUMNS + 1)
+    refusals = [lambda data=data: load_dataset(data) for data in sources.values()] + [
+        lambda: SDKDataset.from_records(sources["a list of dicts"]),
+        lambda: sdk_read_csv(sources["CSV"]), lambda: sdk_read_jsonl(sources["JSONL"])]
+    for what, refuse in zip([*sources, "SDK records", "SDK CSV", "SDK JSONL"], refusals, strict=True):
+        with pytest.raises(DatasetError) as refused:
+            refuse()
+        said = str(refused.value)
+        assert "10,001 columns" in said and "at most 10,000" in said and "df[[" in said, (what, said)
+    assert len(load_dataset(pd.DataFrame([{f"c{i}": i for i in range(MAX_COLUMNS)}])).columns) \
+        == MAX_COLUMNS + 1  # at the limit: loaded (its sid added)
 
 
 # (end of the names section)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import socket
 import sys
 from pathlib import Path
@@ -72,10 +73,19 @@ def list_(results_dir: ResultsDir = None) -> None:
         return
     for e in runs:
         m = e.manifest
-        typer.echo(f"{e.project}/{e.location.name}  {_local_time(m.started_at)}  {_status(m)}  "
+        typer.echo(f"{e.project}/{_listed(e)}  {_local_time(m.started_at)}  {_status(m)}  "
                    f"{_figures(e)}")
     for e, why in unreadable:  # one damaged run hides no other
         say("unreadable", f"{e.location.parent.name}/{e.location.name}: {why}")
+
+
+def _listed(e: Experiment) -> str:
+    """The run's folder (``nightly``, ``nightly-2``); a name that is not its folder's
+    (``llama/3.1`` in ``llama_3.1-d8e79ae8``) said first: `show` and `compare` take both."""
+    folder = e.location.name
+    if re.fullmatch(rf"{re.escape(e.name)}(-\d+)?", folder):
+        return folder
+    return f"{e.name} ({folder})"
 
 
 def _failure_lines(e: Experiment) -> list[str]:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from patronus_tasks.define import dataset as _dataset
 from patronus_tasks.define.row import clean
+from patronus_tasks.define.wide import check_csv, check_jsonl, check_records
 from patronus_tasks.exceptions import DatasetError
 
 #: The SDK's field name -> this package's column.
@@ -166,6 +167,7 @@ class Dataset(_dataset.Dataset):
     def from_records(cls, records: Sequence[Mapping[str, Any]],
                      dataset_id: str | None = None) -> Dataset:
         _dataset.check_rows(records)
+        check_records(records, "the records")
         return cls(pd.DataFrame.from_records([dict(r) for r in records]), dataset_id)
 
     @classmethod
@@ -230,6 +232,10 @@ def _read(path: str | Path, fmt: str, dataset_id: str | None, fields: Mapping[st
     unknown = sorted(set(fields) - known)
     if unknown:
         raise DatasetError(f"unknown field option {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    if fmt == "csv":  # their width, before pandas reads them (see `define.wide`)
+        check_csv(Path(path), pandas_kwargs)
+    else:
+        check_jsonl(Path(path))
     df = pd.read_csv(path, **pandas_kwargs) if fmt == "csv" else pd.read_json(
         path, lines=True, **pandas_kwargs)
     renames = {str(column): option[:-len("_field")] for option, column in fields.items()

@@ -13,6 +13,13 @@ import pandas as pd
 
 from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.row import Row, Sample
+from patronus_tasks.define.wide import (
+    check_csv,
+    check_json_line,
+    check_parquet,
+    check_records,
+    check_width,
+)
 from patronus_tasks.exceptions import DatasetError
 
 DataInput = Union["Dataset", "DatasetLoader", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
@@ -30,6 +37,7 @@ class Dataset:
                  dataset_id: str | None = None) -> None:
         self.source = source
         self.dataset_id = dataset_id  # a Patronus dataset's id (`Client.remote_dataset`)
+        check_width(len(df.columns), _where(source))
         self.df = _with_sid(df, source)
         self._hash: str | None = None
 
@@ -152,6 +160,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
+            check_json_line(line, f"{path}:{lineno}")  # before json.loads: 1.2 s for 10^6 keys
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -159,11 +168,13 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             if not isinstance(record, dict):
                 raise DatasetError(f"{path}:{lineno}: each line must be a JSON object.")
             records.append(record)
+    check_records(records, str(path))
     return pd.DataFrame.from_records(records)
 
 
 def _read_file(path: Path, fmt: str, texts: Sequence[str] = (), **kwargs: Any) -> pd.DataFrame:
     if fmt == "csv":
+        check_csv(path, kwargs)  # its header, before pandas reads it (152 s for 10^6 fields)
         # Keep "NA", "null" and friends as text: only empty cells are missing. The
         # well-known fields (``texts``: their columns) are read as written, as a JSON Lines
         # file gives them: pandas' guess made "007" 7, "42.0" 42 and "True" a bool.
@@ -171,6 +182,7 @@ def _read_file(path: Path, fmt: str, texts: Sequence[str] = (), **kwargs: Any) -
         return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
     if fmt == "jsonl":
         return _read_jsonl(path)
+    check_parquet(path)
     return pd.read_parquet(path)
 
 
@@ -263,11 +275,13 @@ def load_dataset(data: DataInput) -> Dataset:
     if isinstance(data, DatasetLoader):
         return _loaded(data)
     if isinstance(data, pd.DataFrame):
+        check_width(len(data.columns), "the DataFrame")
         return Dataset(data.copy())
     if isinstance(data, (str, Path)):
         return _load_file(data, None, None, {})
     if isinstance(data, Sequence):
         check_rows(data)
+        check_records(cast(Sequence[Mapping[str, Any]], data), "data (a list of dicts)")
         return Dataset(pd.DataFrame.from_records([dict(cast(Mapping[str, Any], r)) for r in data]))
     raise DatasetError(
         f"data must be a list of dicts, a DataFrame, a Dataset or a file path, "

@@ -19,6 +19,7 @@ from typing_extensions import Unpack
 from patronus_tasks.define.chain import Link, build_chain
 from patronus_tasks.define.dataset import DataInput, Dataset, load_dataset
 from patronus_tasks.define.metrics import check_metrics
+from patronus_tasks.define.names import cleaned, safe_name
 from patronus_tasks.define.params import ROW_FIELDS
 from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator
@@ -167,19 +168,40 @@ def release_claim(path: Location) -> None:
             path.local.rmdir()  # only when empty
 
 
-def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
-    """Folders of earlier runs of this experiment name: ``name``, ``name-2``, ..."""
-    base = _parquet.experiment_dir(results_dir, project, name)
+def _series(base: Location) -> list[Location]:
+    """The folders holding a run in ``base``, ``base-2``, ...: a folder claimed by a run
+    still starting is no run, and no end of them either."""
     found: list[Location] = []
     path, n = base, 1
     while True:
         has_run = (path / _parquet.MANIFEST_FILE).exists()
-        # A folder claimed by a run still starting is no run, and no end of them either.
         if not has_run and not (path.local is not None and path.local.is_dir()):
             return found
         found += [path] if has_run else []
         n += 1
         path = base.with_name(f"{base.name}-{n}")
+
+
+def _runs_of(results_dir: Location, project: str, name: str) -> list[Location]:
+    """Folders of earlier runs of this experiment, oldest first: those of its folder
+    series (``name``, ``name-2``, ...; also the one named as before names were made
+    unique, ``nightly_a`` for ``nightly a``) whose manifest names this very project and
+    experiment. Another name's run there (``x-2`` is also a second run of ``x``; a
+    ``nightly/a`` in ``nightly_a``) is another experiment: never resumed as this one."""
+    runs = [(m.started_at, path) for base in _bases(results_dir, project, name)
+            for path in _series(base)
+            if _is_run_of(m := _manifest_of(path), project, name)]
+    return [path for _, path in sorted(runs, key=lambda run: run[0])]
+
+
+def _bases(results_dir: Location, project: str, name: str) -> list[Location]:
+    """The experiment's folder, and the one it had before names were made unique."""
+    return list(dict.fromkeys(_parquet.experiment_dir(results_dir, project, name, naming)
+                              for naming in (safe_name, cleaned)))
+
+
+def _is_run_of(manifest: Manifest, project: str, name: str) -> bool:
+    return (manifest.project, manifest.experiment_name) == (project, name)
 
 
 def _manifest_of(path: Location) -> Manifest:
@@ -197,8 +219,26 @@ def _to_resume(root: Location, project: str, name: str,
     for path in runs:
         if _manifest_of(path).experiment_id == experiment_id:
             return path
+    _refuse_another_names(root, project, name, experiment_id)
     raise ConfigError(f"no experiment with id {experiment_id!r} named {name!r} in project "
                       f"{project!r} under {root}; check the id (manifest.json) and the name.")
+
+
+def _refuse_another_names(root: Location, project: str, name: str, experiment_id: str) -> None:
+    """A `ConfigError` naming both when ``experiment_id`` is a run of another experiment
+    of the project: resumed as ``name``, its rows would be taken for this one's."""
+    for path in (f.parent for base in _bases(root, project, name)
+                 for f in base.parent.glob(f"*/{_parquet.MANIFEST_FILE}")):
+        other = None
+        with contextlib.suppress(ConfigError):  # a damaged manifest is no match
+            other = read_manifest(path)
+        if other is not None and other.experiment_id == experiment_id:
+            raise ConfigError(
+                f"experiment_id {experiment_id!r} is a run of {other.project}/"
+                f"{other.experiment_name!r} (in {path}), not of {project}/{name!r}: resumed "
+                f"as {name!r} its rows would be taken for this experiment's. Give "
+                f"experiment_name={other.experiment_name!r} to go on with it, or leave "
+                f"experiment_id= out to run {name!r} on its own.")
 
 
 def _resumed(spec: ExperimentSpec, path: Location, replay: ReplayMode) -> ExperimentSpec:

@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from patronus_tasks.define.dataset import Dataset, DatasetLoader
+from patronus_tasks.define.wide import check_records
 from patronus_tasks.exceptions import DatasetError, RemoteAPIError
 from patronus_tasks.http import Endpoint
 
@@ -38,6 +39,7 @@ class RemoteDataset(DatasetLoader):
         if not isinstance(rows, list):
             raise DatasetError(f"GET {path} answered without a 'data' list; is "
                                f"{self.endpoint.base_url} the Patronus API?")
+        check_records(rows, f"patronus:{self.dataset_id}")  # before the frame is made
         return Dataset(_frame(rows), source=f"patronus:{self.dataset_id}",
                        dataset_id=self.dataset_id)
 

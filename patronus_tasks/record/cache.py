@@ -148,9 +148,11 @@ class CallCache:
         return step.cache is True or (step.cache is None and self.settings.all_steps)
 
     def _entry(self, step: Step, key: str) -> Location:
-        from patronus_tasks.record.parquet import safe_name
+        from patronus_tasks.define.names import cleaned
 
-        return self.location / safe_name(step.name) / key[:2] / f"{key}.json"
+        # The key holds the step's own name: steps whose names clean alike share a folder,
+        # never an entry (and caches made before names were unique keep their entries).
+        return self.location / cleaned(step.name) / key[:2] / f"{key}.json"
 
     def unkeyable(self, step: Step, what: str) -> None:
         self._warn(f"key:{step.name}", f"{step.kind} {step.name!r} gets an argument with no "

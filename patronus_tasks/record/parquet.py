@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -47,13 +47,15 @@ PARTS_DIR = "parts"
 METADATA_KEY = b"patronus_tasks"
 
 
-def experiment_dir(results_dir: Path | Location, project: str, experiment: str) -> Location:
-    """``results_dir/<project>/<experiment>``, refusing any path that escapes it."""
+def experiment_dir(results_dir: Path | Location, project: str, experiment: str,
+                   naming: Callable[[str], str] = safe_name) -> Location:
+    """``results_dir/<project>/<experiment>``, refusing any path that escapes it; the
+    folders named by ``naming`` (`names.cleaned`: as before names were made unique)."""
     results = Location.of(results_dir)
-    if results.local is None:  # `safe_name`s have no separators and no leading dots
-        return results / safe_name(project) / safe_name(experiment)
+    if results.local is None:  # folder names have no separators and no leading dots
+        return results / naming(project) / naming(experiment)
     root = results.local.resolve()
-    path = (root / safe_name(project) / safe_name(experiment)).resolve()
+    path = (root / naming(project) / naming(experiment)).resolve()
     if root not in path.parents:
         raise ConfigError(f"experiment path {path} is outside the results directory {root}")
     return Location(path)

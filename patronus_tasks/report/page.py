@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -234,13 +235,18 @@ def comparison_section(r: ReportInput) -> str:
             f"{moved}</section>")
 
 
+#: The template's slots, filled in one pass: what fills one is never searched for another
+#: (a name holding ``/*DATA*/`` put the records in the title, and a report of 0.45 MB
+#: grew to 20.7 MB).
+SLOTS = re.compile(r"__TITLE__|__HEADER__|__SECTIONS__|/\*DATA\*/")
+
+
 def render(r: ReportInput) -> str:
     """The page."""
     template = resources.files("patronus_tasks.report").joinpath("assets/report.html").read_text()
     dataset = [c for c in r.df.columns if c not in FIXED_NAMES]
     sections = summary_section(r) + calibration_section(r) + charts_section(r) + comparison_section(r)
     title = f"{r.experiment.project}/{r.experiment.name}"
-    return (template.replace("__TITLE__", esc(title)).replace("__HEADER__", header(r))
-            .replace("__SECTIONS__", sections)
-            .replace("/*DATA*/", packed(table_data(r.df, dataset))))
-
+    filled = {"__TITLE__": esc(title), "__HEADER__": header(r), "__SECTIONS__": sections,
+              "/*DATA*/": packed(table_data(r.df, dataset))}
+    return SLOTS.sub(lambda slot: filled[slot.group(0)], template)
