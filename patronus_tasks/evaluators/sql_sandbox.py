@@ -18,6 +18,7 @@ text-to-SQL flow uses): the model's SQL is untrusted input. Nothing here trusts 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -36,11 +37,12 @@ from patronus_tasks.evaluators.base import cut
 from patronus_tasks.evaluators.sql_bounds import (
     MAX_BYTES,
     MAX_ROWS,
-    WATCHDOG,
+    Job,
     Limits,
     QueryRefused,
     ResultTooLarge,
     collect,
+    within,
 )
 from patronus_tasks.exceptions import ConfigError
 
@@ -48,6 +50,7 @@ Connect = Callable[[], Any]  # a DB-API connection, fresh each call
 SQLITE_HEAP = 1 << 30  # process-wide: bounds the SQLite side of 16 hostile queries together
 DUCKDB_MEMORY = "1GB"  # per database and process, shared by its queries in flight
 _LENGTH_FLOOR = 1 << 20  # SQLite's length limit also bounds a sorter's records: never below 1 MiB
+_IDLE_KEPT = 16  # connections kept open per database and process (each: a page cache of <= 2 MB)
 
 
 class Database:
@@ -59,7 +62,7 @@ class Database:
         self.kind, self.script = self._kind(source, engine)
         self.described = (getattr(source, "__name__", "a connection factory") if callable(source)
                           else f"{self.engine} {self.kind} {cut(str(source), 60)!r}")
-        self._copy: _Copy | None = None
+        self._local: _Local | None = None
 
     def _kind(self, source: Any, engine: str | None) -> tuple[str, str | None]:
         if callable(source):
@@ -80,7 +83,7 @@ class Database:
         return "file", None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_copy": None}  # a process makes its own copy
+        return {**self.__dict__, "_local": None}  # a process makes its own copy, opens its own
 
     def __repr__(self) -> str:
         # Stable across processes: it is part of the cache's key.
@@ -93,99 +96,109 @@ class Database:
             return f"Database(factory {getattr(self.source, '__qualname__', type(self.source).__name__)})"
         return f"Database({self.engine}, {Path(self.source).resolve()})"
 
-    def open(self, limits: Limits) -> tuple[Any, list[str], Callable[[], None]]:
-        """A sandboxed connection, the list its authorizer fills with what it refused, and
-        what to call once done with it."""
+    def open(self, limits: Limits) -> tuple[Any, list[str], Callable[[bool], None]]:
+        """A sandboxed connection, the list in which SQLite's authorizer says what it
+        denied, and what to call once done (True: the connection may serve again)."""
         if self.kind == "factory":
-            conn = self.source()
-            return conn, _sandbox_connection(conn, limits), conn.close
-        if self.engine == "duckdb":
-            cursor, close = self._private().cursor()
-            return cursor, [], close
-        path = Path(self.source).resolve() if self.kind == "file" else self._private().path
-        flags = "mode=ro" if self.kind == "file" else "mode=ro&immutable=1"
-        conn = sqlite3.connect(f"file:{quote(str(path))}?{flags}", uri=True, check_same_thread=False)
-        return conn, _sandbox_sqlite(conn, limits), conn.close
-
-    def _private(self) -> _Copy:
-        with _COPYING:
-            copy = self._copy
-            if copy is None or copy.pid != os.getpid() or copy.stamp != _stamp(self):
-                self._copy = copy = _Copy(self)  # the older one is removed once unused
-            return copy
+            conn, refused = self.source(), list[str]()
+            _sandbox_connection(conn, limits, refused)
+            return conn, refused, lambda _again: conn.close()
+        with _LOCAL:
+            local = self._local
+            if local is None or local.pid != os.getpid() or local.stamp != _stamp(self):
+                self._local = local = _Local(self)  # an older one goes once no query uses it
+        return local.take(limits)
 
 
-_COPYING = threading.Lock()
+_LOCAL = threading.Lock()
 
 
 def _after_fork() -> None:
-    global _COPYING
-    _COPYING = threading.Lock()  # the parent's may have been held by a thread the child lacks
+    global _LOCAL
+    _LOCAL = threading.Lock()  # the parent's may have been held by a thread the child lacks
 
 
 os.register_at_fork(after_in_child=_after_fork)
 
 
 def _stamp(db: Database) -> tuple[int, ...] | None:
-    """What changes when a database file does (the DuckDB copy is made again)."""
-    if db.kind != "file" or db.engine != "duckdb":
+    """What changes when a file does: a DuckDB file is copied again, a SQLite file opened
+    again (one changed in place, its open connections see; one replaced, they would not)."""
+    if db.kind != "file":
         return None
     stamp: tuple[int, ...] = ()
-    for path in (str(db.source), f"{db.source}.wal"):
-        try:
+    for path in (str(db.source), f"{db.source}.wal")[:2 if db.engine == "duckdb" else 1]:
+        with contextlib.suppress(FileNotFoundError):
             info = os.stat(path)
-        except FileNotFoundError:
-            continue
-        stamp += (info.st_mtime_ns, info.st_size)
+            stamp += (info.st_mtime_ns, info.st_size)
     return stamp
 
 
-class _Copy:
-    """This process's private copy of a database: a schema script run once, or a DuckDB
-    file copied once (the landed code copied it for every query), in a folder of its own
-    removed once no query uses it."""
+class _Local:
+    """This process's side of a database: a private copy where one is needed (a schema
+    script run once; a DuckDB file copied once, again when it changes: the landed code
+    copied it for every query), and connections kept open between queries. Nothing a
+    query runs can change one (no write, ATTACH, PRAGMA, SET or TEMP object gets through),
+    and opening one costs about as much as an ordinary query (the file, its schema).
+    Removed, folder and connections, once no query uses it."""
 
     def __init__(self, db: Database) -> None:
-        self.pid, self.stamp, self.lock = os.getpid(), _stamp(db), threading.Lock()
-        folder = tempfile.mkdtemp(prefix="patronus-sql-")
-        self.path = Path(folder) / f"copy.{db.engine}"
+        self.pid, self.stamp, self.lock, self.engine = os.getpid(), _stamp(db), threading.Lock(), db.engine
+        self._idle: list[tuple[Any, list[str]]] = []
         self._keeper: list[Any] = []  # the DuckDB connection whose cursors run the queries
-        weakref.finalize(self, _remove, folder, self._keeper)
+        own_file = db.kind == "file" and db.engine == "sqlite"
+        folder = None if own_file else tempfile.mkdtemp(prefix="patronus-sql-")
+        weakref.finalize(self, _remove, folder, self._keeper, self._idle)
         if db.engine == "duckdb":
-            self._duckdb(db)
+            self._duckdb(db, Path(folder or "") / "copy.duckdb")
+        elif folder is None:  # the user's own file, read-only: no copy needed, nothing can write
+            self.uri = f"file:{quote(str(Path(db.source).resolve()))}?mode=ro"
         else:
-            with sqlite3.connect(self.path) as conn:
+            with sqlite3.connect(Path(folder) / "copy.sqlite") as conn:
                 conn.executescript(db.script or "")
             conn.close()
+            self.uri = f"file:{quote(str(Path(folder) / 'copy.sqlite'))}?mode=ro&immutable=1"
 
-    def _duckdb(self, db: Database) -> None:
+    def _duckdb(self, db: Database, path: Path) -> None:
         duckdb = _duckdb_module()
         if db.kind == "script":
-            conn = duckdb.connect(str(self.path))
+            conn = duckdb.connect(str(path))
             try:
                 conn.execute(db.script or "")
             finally:
                 conn.close()
         else:
-            shutil.copyfile(db.source, self.path)
+            shutil.copyfile(db.source, path)
             if os.path.exists(f"{db.source}.wal"):
-                shutil.copyfile(f"{db.source}.wal", f"{self.path}.wal")
-        self._keeper.append(duckdb.connect(str(self.path), read_only=True, config=_DUCKDB_CONFIG))
+                shutil.copyfile(f"{db.source}.wal", f"{path}.wal")
+        self._keeper.append(duckdb.connect(str(path), read_only=True, config=_DUCKDB_CONFIG))
 
-    def cursor(self) -> tuple[Any, Callable[[], None]]:
-        with self.lock:  # a connection's cursor() is not safe from two threads at once
-            cursor = self._keeper[0].cursor()
-        return cursor, partial(_close, cursor, self)  # the copy lives while its cursor does
+    def take(self, limits: Limits) -> tuple[Any, list[str], Callable[[bool], None]]:
+        with self.lock:
+            conn, refused = self._idle.pop() if self._idle else (None, [])
+            if conn is None and self.engine == "duckdb":  # cursor(): not from two threads at once
+                conn = self._keeper[0].cursor()
+        if conn is None:
+            conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
+            _sandbox_sqlite(conn, refused)
+        if self.engine == "sqlite":  # zeroblob(900000000) fails at once, not 40 s and 7.8 GB
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.max_bytes, _LENGTH_FLOOR))
+        refused.clear()
+        return conn, refused, partial(self._release, conn, refused)
 
-
-def _close(cursor: Any, _copy: _Copy) -> None:
-    cursor.close()
-
-
-def _remove(folder: str, keeper: list[Any]) -> None:
-    for conn in keeper:
+    def _release(self, conn: Any, refused: list[str], again: bool) -> None:
+        with self.lock:
+            if again and len(self._idle) < _IDLE_KEPT:
+                self._idle.append((conn, refused))
+                return
         conn.close()
-    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove(folder: str | None, keeper: list[Any], idle: list[tuple[Any, list[str]]]) -> None:
+    for conn in [c for c, _ in idle] + keeper:
+        conn.close()
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _DUCKDB_CONFIG = {
@@ -212,12 +225,13 @@ def _is_duckdb(conn: Any) -> bool:
     return type(conn).__module__.split(".")[0] in ("duckdb", "_duckdb")
 
 
-def _sandbox_connection(conn: Any, limits: Limits) -> list[str]:
+def _sandbox_connection(conn: Any, limits: Limits, refused: list[str]) -> None:
     """A factory's connection: SQLite and DuckDB get their engine's sandbox on top of what
     the factory opened; any other driver only the statement count, timeout and caps."""
     if isinstance(conn, sqlite3.Connection):
-        return _sandbox_sqlite(conn, limits)
-    if _is_duckdb(conn):
+        _sandbox_sqlite(conn, refused)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.max_bytes, _LENGTH_FLOOR))
+    elif _is_duckdb(conn):
         locked, external = conn.execute("SELECT current_setting('lock_configuration'), "
                                         "current_setting('enable_external_access')").fetchone()
         if locked and external:
@@ -227,24 +241,19 @@ def _sandbox_connection(conn: Any, limits: Limits) -> list[str]:
             conn.execute("SET enable_external_access = false; SET autoload_known_extensions = false; "
                          "SET autoinstall_known_extensions = false; "
                          "SET python_enable_replacements = false; SET lock_configuration = true")
-    return []
 
 
 _HEAP_CAPPED = [False]
 
 
-def _sandbox_sqlite(conn: sqlite3.Connection, limits: Limits) -> list[str]:
+def _sandbox_sqlite(conn: sqlite3.Connection, refused: list[str]) -> None:
     if not _HEAP_CAPPED[0]:  # process-wide, once; a limit set by someone else is kept
         if not conn.execute("PRAGMA hard_heap_limit").fetchone()[0]:
             conn.execute(f"PRAGMA hard_heap_limit = {SQLITE_HEAP}")
         _HEAP_CAPPED[0] = True
-    # zeroblob(900000000) fails at once instead of 40 s and 7.8 GB.
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.max_bytes, _LENGTH_FLOOR))
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.execute("PRAGMA temp_store = MEMORY")  # a huge sort is bounded by the heap, not the disk
-    refused: list[str] = []
     conn.set_authorizer(partial(_authorize, refused))
-    return refused
 
 
 _READS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
@@ -277,18 +286,33 @@ def execute(db: Database, query: str, limits: Limits,
     """The rows ``query`` returns and their size in bytes; `QueryRefused`, `ResultTooLarge`,
     `TimeoutError` or the database's own error otherwise. ``dialect``: how to count the
     statements of a query for a connection factory's driver (sqlglot's name)."""
-    conn, refused, close = db.open(limits)
-    watch = WATCHDOG.watch(limits.timeout, getattr(conn, "interrupt", None) or getattr(conn, "cancel", None))
+    seen: list[list[str]] = []  # what SQLite's authorizer refused
     try:
-        return collect(_execute(conn, query, dialect), limits)
+        rows: tuple[list[tuple[Any, ...]], int] = within(
+            limits.timeout, partial(_run, db, query, limits, dialect, seen))
+        return rows
+    except TimeoutError:
+        raise
     except Exception as exc:
-        said = _said(exc, refused, limits, WATCHDOG.release(watch))
+        said = _said(exc, seen[0] if seen else [], limits)
         if said is exc:
             raise
         raise said from exc
+
+
+def _run(db: Database, query: str, limits: Limits, dialect: str | None, seen: list[list[str]],
+         job: Job) -> tuple[list[tuple[Any, ...]], int]:
+    """On the query's own thread: the connection is opened there (a factory's sqlite3
+    connection is only used by the thread that made it)."""
+    conn, refused, release = db.open(limits)
+    seen.append(refused)
+    job.attach(getattr(conn, "interrupt", None) or getattr(conn, "cancel", None), release)
+    cursor = _execute(conn, query, dialect)
+    try:
+        return collect(cursor, limits)
     finally:
-        WATCHDOG.release(watch)
-        close()
+        if cursor is not conn:  # DuckDB's is the connection (closed only when the query failed)
+            cursor.close()  # its statement reset: the connection serves again as new
 
 
 def _execute(conn: Any, query: str, dialect: str | None) -> Any:
@@ -319,10 +343,8 @@ def _one(statements: int) -> None:
         raise QueryRefused(f"{statements} statements: the sandbox runs exactly one")
 
 
-def _said(exc: Exception, refused: list[str], limits: Limits, fired: bool) -> Exception:
+def _said(exc: Exception, refused: list[str], limits: Limits) -> Exception:
     """What the sandbox stopped, in its own words (the engines say "not authorized")."""
-    if fired:
-        return TimeoutError(f"ran past its {limits.timeout:g} s (timeout=), interrupted")
     if refused:
         return QueryRefused(f"the sandbox refused {cut(refused[0], 120)}: a query only reads "
                             "(no ATTACH, VACUUM, PRAGMA, transactions or writes)")
