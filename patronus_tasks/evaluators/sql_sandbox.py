@@ -11,9 +11,12 @@ text-to-SQL flow uses): the model's SQL is untrusted input. Nothing here trusts 
   read-only with external access off (no files, network or extensions), Python variables
   invisible, one thread, a memory limit, nothing spilled to disk, the configuration
   locked; one SELECT statement.
-- Every engine: exactly one statement; the timeout enforced from outside (one watchdog
-  thread interrupts the connection); rows read one at a time (SQLite) or in small
-  batches, within ``max_rows`` and ``max_bytes``.
+- Every engine: exactly one statement; the timeout enforced from outside (the query runs
+  on a thread of its own, interrupted at the timeout); rows read one at a time (SQLite)
+  or in small batches, within ``max_rows`` and ``max_bytes`` (`sql_bounds`).
+- A connection factory's connection: a sqlite3 or duckdb one gets its engine's sandbox
+  on top of what the factory opened; any other driver only the statement count, the
+  timeout (its ``interrupt()`` or ``cancel()``) and the caps.
 """
 
 from __future__ import annotations
@@ -101,7 +104,11 @@ class Database:
         denied, and what to call once done (True: the connection may serve again)."""
         if self.kind == "factory":
             conn, refused = self.source(), list[str]()
-            _sandbox_connection(conn, limits, refused)
+            try:
+                _sandbox_connection(conn, limits, refused)
+            except BaseException:
+                conn.close()
+                raise
             return conn, refused, lambda _again: conn.close()
         with _LOCAL:
             local = self._local
@@ -294,7 +301,7 @@ def execute(db: Database, query: str, limits: Limits,
     except TimeoutError:
         raise
     except Exception as exc:
-        said = _said(exc, seen[0] if seen else [], limits)
+        said = _said(exc, seen[0] if seen else [], limits, db.engine)
         if said is exc:
             raise
         raise said from exc
@@ -343,7 +350,7 @@ def _one(statements: int) -> None:
         raise QueryRefused(f"{statements} statements: the sandbox runs exactly one")
 
 
-def _said(exc: Exception, refused: list[str], limits: Limits) -> Exception:
+def _said(exc: Exception, refused: list[str], limits: Limits, engine: str | None) -> Exception:
     """What the sandbox stopped, in its own words (the engines say "not authorized")."""
     if refused:
         return QueryRefused(f"the sandbox refused {cut(refused[0], 120)}: a query only reads "
@@ -356,5 +363,5 @@ def _said(exc: Exception, refused: list[str], limits: Limits) -> Exception:
                               "(max_bytes=)")
     if isinstance(exc, MemoryError):
         return ResultTooLarge(f"past SQLite's memory in this process ({SQLITE_HEAP >> 20} MiB, "
-                              "PRAGMA hard_heap_limit)")
+                              "PRAGMA hard_heap_limit)" if engine == "sqlite" else "out of memory")
     return exc
