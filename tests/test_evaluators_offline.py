@@ -3,8 +3,10 @@ is known, the metric ones equal to the reference libraries on the same strings."
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import shutil
 import sqlite3
 import string
 from collections import Counter
@@ -396,6 +398,33 @@ def test_column_order_is_any_permutation_found_without_trying_them_all() -> None
     shuffled = [tuple(r[j] for j in cut) for r in ring][::-1]
     found = rows.column_order(shuffled, ring, False, True)
     assert found and rows.same([tuple(r[j] for j in found) for r in shuffled], ring, False, True)
+
+
+def test_sql_result_match_sees_a_database_file_that_changed(tmp_path: Path) -> None:
+    """Connections (SQLite) and the private copy (DuckDB) are kept between queries: a file
+    changed in place, or replaced, is read again."""
+    duckdb = pytest.importorskip("duckdb")
+    lite, duck = tmp_path / "shop.db", tmp_path / "shop.duckdb"
+    with sqlite3.connect(lite) as conn:
+        conn.executescript(SHOP)
+    conn.close()
+    with duckdb.connect(str(duck)) as conn:
+        conn.execute(SHOP)
+    for path, connect in [(lite, lambda p: sqlite3.connect(p, isolation_level=None)),
+                          (duck, lambda p: duckdb.connect(str(p)))]:
+        check = sql_result_match(path)
+        assert judge(check, "SELECT count(*) FROM items", "SELECT 4").pass_
+        conn = connect(path)
+        conn.execute("INSERT INTO items VALUES (5, 'ink', 2.0, 'office')")
+        conn.close()
+        assert judge(check, "SELECT count(*) FROM items", "SELECT 5").pass_, path
+        replaced = tmp_path / f"new{path.suffix}"
+        shutil.copy(path, replaced)
+        conn = connect(replaced)
+        conn.execute("DELETE FROM items WHERE id > 2")
+        conn.close()
+        os.replace(replaced, path)
+        assert judge(check, "SELECT count(*) FROM items", "SELECT 2").pass_, path
 
 
 def test_sql_result_match_stops_a_runaway_query() -> None:

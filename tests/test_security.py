@@ -140,6 +140,14 @@ def test_a_huge_value_fails_at_once() -> None:
     assert not result.pass_ and "a value longer than 2,097,152 bytes" in result.explanation
 
 
+def test_the_timeout_holds_inside_one_call_no_interrupt_reaches() -> None:
+    """SQLite 3.40's printf('%.*c', N, 'x') appends N characters one by one, long after
+    the length limit refused them, inside one call that neither an interrupt nor the
+    progress handler reaches: the row fails at its timeout all the same."""
+    result = run(sql_result_match(SHOP, timeout=0.2), "SELECT printf('%.*c', 100000000, 'x')", "SELECT 1")
+    assert not result.pass_ and "ran past its 0.2 s (timeout=)" in result.explanation, result.explanation
+
+
 def test_results_are_capped_while_read(user: UserFiles) -> None:
     """Issue 48: DuckDB's SELECT * FROM range(200000000) took 4.6 GB, an endless recursive
     CTE 1 GB: rows are counted and sized as they are read."""
