@@ -112,12 +112,17 @@ class Database:
             return conn, refused, lambda _again: conn.close()
         with _LOCAL:
             local = self._local
+            if local is not None and local.pid != os.getpid():
+                _INHERITED.append(local)  # a forked child's: closing the parent's DuckDB here crashes
             if local is None or local.pid != os.getpid() or local.stamp != _stamp(self):
                 self._local = local = _Local(self)  # an older one goes once no query uses it
         return local.take(limits)
 
 
 _LOCAL = threading.Lock()
+_INHERITED: list[Any] = []  # never closed here: the parent's (a DuckDB instance crashes a child
+# that closes it; one that exits by sys.exit with any DuckDB connection of its parent open
+# crashes too, as with DuckDB alone: multiprocessing's children leave by os._exit)
 
 
 def _after_fork() -> None:
@@ -155,7 +160,7 @@ class _Local:
         self._keeper: list[Any] = []  # the DuckDB connection whose cursors run the queries
         own_file = db.kind == "file" and db.engine == "sqlite"
         folder = None if own_file else tempfile.mkdtemp(prefix="patronus-sql-")
-        weakref.finalize(self, _remove, folder, self._keeper, self._idle)
+        weakref.finalize(self, _remove, self.pid, folder, self._keeper, self._idle)
         if db.engine == "duckdb":
             self._duckdb(db, Path(folder or "") / "copy.duckdb")
         elif folder is None:  # the user's own file, read-only: no copy needed, nothing can write
@@ -201,7 +206,9 @@ class _Local:
         conn.close()
 
 
-def _remove(folder: str | None, keeper: list[Any], idle: list[tuple[Any, list[str]]]) -> None:
+def _remove(pid: int, folder: str | None, keeper: list[Any], idle: list[tuple[Any, list[str]]]) -> None:
+    if pid != os.getpid():  # at a forked child's exit: the parent's, not to touch
+        return
     for conn in [c for c, _ in idle] + keeper:
         conn.close()
     if folder:
