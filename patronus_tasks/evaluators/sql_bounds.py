@@ -48,10 +48,11 @@ class Job:
         self.error: BaseException | None = None
         self._interrupt: Callable[[], Any] | None = None
         self._close: Callable[[bool], Any] | None = None
+        self._fired = False
 
     def attach(self, interrupt: Callable[[], Any] | None, close: Callable[[bool], Any]) -> None:
-        """``close(again)``: again is whether the query ended well (its connection may serve
-        another)."""
+        """``close(again)``: again is whether its connection may serve another query (not
+        once interrupted; a query that failed left it as it was)."""
         with self.lock:
             self._interrupt, self._close = interrupt, close
 
@@ -64,12 +65,13 @@ class Job:
             with self.lock, contextlib.suppress(Exception):  # a close failing: done all the same
                 close, self._interrupt, self._close = self._close, None, None
                 if close is not None:
-                    close(self.error is None)
+                    close(not self._fired)
             self.done.release()
 
     def interrupt(self) -> None:
         with self.lock, contextlib.suppress(Exception):  # a driver's cancel failing: it runs on
             if self._interrupt is not None:
+                self._fired = True
                 self._interrupt()
 
 
