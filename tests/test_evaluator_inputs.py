@@ -30,6 +30,8 @@ from patronus_tasks.evaluators import (
     refusal,
     regex,
     rouge,
+    sql_equivalent,
+    sql_result_match,
     string_similarity,
     token_f1,
 )
@@ -150,6 +152,15 @@ def test_the_findings_of_issue_49() -> None:
     assert judge(json_valid(), {"a": 1}).pass_ and judge(json_equal(), {"a": 1}, '{"a": 1.0}').pass_
     assert judge(exact_match(), "42", np.float64(42.0)).pass_  # an int column with a gap
 
+
+
+def test_the_sql_checks_read_by_the_same_rule() -> None:
+    for ev in (sql_result_match("CREATE TABLE t (a INTEGER);"), sql_equivalent()):
+        for gold in (None, "", "  \n"):  # compared with 0 rows (and failed) before the rule
+            with pytest.raises(DatasetError, match="the gold answer is empty"):
+                judge(ev, "SELECT a FROM t", gold)
+        assert (judge(ev, " ", "SELECT a FROM t").explanation) == EMPTY_OUTPUT
+        assert judge(ev, "SELECT a FROM t", "SELECT a FROM t").pass_
 
 # numeric_close: every gold answer, a number's boundary, the relative score.
 

@@ -1,20 +1,13 @@
-"""SQL checks: the output query returns the gold query's rows (`sql_result_match`, on a
-fresh copy of a SQLite or DuckDB database), or is the same query once both are parsed,
+"""SQL checks: the output query returns the gold query's rows (`sql_result_match`, run on a
+SQLite or DuckDB database in the sandbox of `sql_sandbox`), or is the same query once both are parsed,
 normalised and optimised by `sqlglot` (`sql_equivalent`, no database needed).
 """
 
 from __future__ import annotations
 
-import decimal
 import math
 import re
-import shutil
-import sqlite3
-import tempfile
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,112 +17,17 @@ from patronus_tasks.evaluators.base import (
     check_choice,
     check_number,
     cut,
-    needs_output,
+    reads,
     verdict,
 )
+from patronus_tasks.evaluators.sql_bounds import MAX_BYTES, MAX_ROWS, Limits, ResultTooLarge
+from patronus_tasks.evaluators.sql_sandbox import Connect, Database, execute, run_query
 from patronus_tasks.exceptions import ConfigError, DatasetError
 
-Connect = Callable[[], Any]  # a DB-API connection, fresh each call
+__all__ = ["Database", "run_query", "sql_equivalent", "sql_result_match", "sql_text"]
 _GOLD_KEPT = 4096  # gold result sets kept per evaluator (a gold query runs once per process)
-
-
-class Database:
-    """Where queries run: each call of `connect` is a fresh copy, so a query that changes
-    the data cannot change what the next one sees."""
-
-    def __init__(self, source: Any, engine: str | None) -> None:
-        self.source, self.engine = source, engine
-        self.kind, self.script = self._kind(source, engine)
-        self.described = (getattr(source, "__name__", "a connection factory") if callable(source)
-                          else f"{self.engine} {self.kind} {cut(str(source), 60)!r}")
-
-    def _kind(self, source: Any, engine: str | None) -> tuple[str, str | None]:
-        if callable(source):
-            self.engine = engine or "connection"
-            return "factory", None
-        if isinstance(source, str) and re.search(r"\bcreate\s+(table|view)\b", source, re.I):
-            self.engine = engine or "sqlite"
-            return "script", source
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"sql_result_match: database {str(source)!r} is not a file, a schema "
-                              "script (SQL text with CREATE TABLE) or a connection factory; give "
-                              "one of those.")
-        if path.suffix.lower() == ".sql":
-            self.engine = engine or "sqlite"
-            return "script", path.read_text(encoding="utf-8")
-        self.engine = engine or ("duckdb" if path.suffix.lower() in (".duckdb", ".ddb") else "sqlite")
-        return "file", None
-
-    def __repr__(self) -> str:
-        # Stable across processes: it is part of the cache's key.
-        if self.kind == "script":
-            import hashlib
-
-            digest = hashlib.sha256((self.script or "").encode()).hexdigest()[:16]
-            return f"Database({self.engine}, script sha256:{digest})"
-        if self.kind == "factory":
-            return f"Database(factory {getattr(self.source, '__qualname__', type(self.source).__name__)})"
-        return f"Database({self.engine}, {Path(self.source).resolve()})"
-
-    def connect(self) -> tuple[Any, Callable[[], None]]:
-        """A fresh connection and what to call once done with it."""
-        if self.kind == "factory":
-            conn = self.source()
-            return conn, conn.close
-        if self.engine == "duckdb":
-            return self._duckdb()
-        conn = sqlite3.connect(":memory:", check_same_thread=False)
-        if self.kind == "script":
-            conn.executescript(self.script or "")
-        else:
-            with sqlite3.connect(f"file:{Path(self.source).resolve()}?mode=ro", uri=True) as src:
-                src.backup(conn)
-        return conn, conn.close
-
-    def _duckdb(self) -> tuple[Any, Callable[[], None]]:
-        try:
-            import duckdb
-        except ImportError:
-            raise ConfigError("sql_result_match: a DuckDB database needs the duckdb package "
-                              "(pip install duckdb).") from None
-        if self.kind == "script":
-            conn = duckdb.connect(":memory:")
-            conn.execute(self.script or "")
-            return conn, conn.close
-        folder = tempfile.mkdtemp(prefix="patronus-sql-")
-        copy = Path(folder) / Path(self.source).name
-        shutil.copyfile(self.source, copy)
-        conn = duckdb.connect(str(copy))
-
-        def done() -> None:
-            conn.close()
-            shutil.rmtree(folder, ignore_errors=True)
-
-        return conn, done
-
-
-def run_query(db: Database, query: str, timeout: float) -> list[tuple[Any, ...]]:
-    """The rows ``query`` returns on a fresh copy of ``db``."""
-    conn, done = db.connect()
-    timer = None
-    try:
-        if isinstance(conn, sqlite3.Connection):
-            deadline = time.monotonic() + timeout
-            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        elif hasattr(conn, "interrupt"):  # DuckDB: stopped from another thread
-            timer = threading.Timer(timeout, conn.interrupt)
-            timer.start()
-        cursor = conn.execute(query) if hasattr(conn, "execute") else _cursor(conn, query)
-        return [tuple(_value(v) for v in row) for row in cursor.fetchall()]
-    except Exception as exc:
-        if timer is not None and not timer.is_alive():
-            raise TimeoutError(f"ran past its {timeout:g} s (timeout=)") from exc
-        raise
-    finally:
-        if timer is not None:
-            timer.cancel()
-        done()
+_GOLD_BYTES = 256 << 20  # and their size together: a large dataset's gold results stay bounded
+_SEARCH_CELLS = 5_000_000  # values compared while looking for a column order (~1 s at worst)
 
 
 _FENCE = re.compile(r"```([^\n`]*)\n?(.*?)(?:```|\Z)", re.S)  # an unclosed one: cut off
@@ -160,16 +58,6 @@ def _plain(exc: Exception) -> str:
     return _ANSI.sub("", str(exc))  # sqlglot underlines the error with terminal codes
 
 
-def _cursor(conn: Any, query: str) -> Any:
-    cursor = conn.cursor()
-    cursor.execute(query)
-    return cursor
-
-
-def _value(v: Any) -> Any:
-    return float(v) if isinstance(v, decimal.Decimal) else v
-
-
 def _ordered(query: str, dialect: str) -> bool:
     """Whether the query's own result is ordered (a top-level ORDER BY)."""
     import sqlglot
@@ -180,6 +68,10 @@ def _ordered(query: str, dialect: str) -> bool:
         return bool(re.search(r"\border\s+by\b", query, re.I))
     return tree.args.get("order") is not None
 
+
+#: The input rule for the SQL checks: an empty gold query is the row's DatasetError (it
+#: compared against 0 rows and failed), an empty output fails.
+sql_read = reads(gold="value")
 
 class _Rows:
     """Comparing two result sets, floats to a tolerance."""
@@ -226,6 +118,61 @@ class _Rows:
         union = sum((a | b).values())
         return sum((a & b).values()) / union if union else 1.0
 
+    def column_order(self, got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], ordered: bool,
+                     bag: bool) -> list[int] | None:
+        """The order of ``got``'s columns that gives ``want``'s rows, or None. As Spider's
+        test-suite evaluation (`result_eq`) but not by trying permutations: a gold column can
+        only be a column holding the same values (as a multiset), a choice under which the
+        columns chosen so far disagree row by row is dropped at once, and a column equal to
+        one already tried is not tried again."""
+        width = len(want[0]) if want else 0
+        if width < 2 or not got or len(got[0]) != width:
+            return None
+        g, w = self._keyed(got, ordered, bag), self._keyed(want, ordered, bag)
+        if len(g) != len(w):
+            return None
+        search = _Search(list(zip(*g, strict=True)), list(zip(*w, strict=True)), ordered)
+        return search.order([])
+
+    def _keyed(self, rows: list[tuple[Any, ...]], ordered: bool, bag: bool) -> list[tuple[Any, ...]]:
+        keys = [self.key(r) for r in rows]
+        return keys if ordered or bag else list(dict.fromkeys(keys))  # as a set: once each
+
+
+class _Search:
+    """Which of got's columns stands for each gold column, chosen one column at a time."""
+
+    def __init__(self, got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], ordered: bool) -> None:
+        self.got, self.want, self.ordered = got, want, ordered
+        held = [Counter(c) for c in got]
+        self.options = [[j for j, h in enumerate(held) if h == Counter(c)] for c in want]
+        self.cells = _SEARCH_CELLS
+
+    def order(self, chosen: list[int]) -> list[int] | None:
+        if len(chosen) == len(self.want):
+            return chosen
+        tried: list[int] = []
+        for j in self.options[len(chosen)]:
+            if j in chosen or any(self.got[j] == self.got[t] for t in tried):
+                continue
+            tried.append(j)
+            if self._agree([*chosen, j]) and (found := self.order([*chosen, j])):
+                return found
+        return None
+
+    def _agree(self, chosen: list[int]) -> bool:
+        """The chosen columns hold the gold's first ones, row for row (in any row order
+        unless ordered). A column with one option left is checked with the next choice."""
+        last = len(chosen) == len(self.want)
+        if not last and len(self.options[len(chosen) - 1]) == 1:
+            return True
+        self.cells -= len(self.want[0]) * len(chosen)
+        if self.cells < 0:  # a search this long: no order found (a fail), not minutes spent
+            return False
+        got = list(zip(*(self.got[j] for j in chosen), strict=True))
+        want = list(zip(*self.want[:len(chosen)], strict=True))
+        return got == want if self.ordered else Counter(got) == Counter(want)
+
 
 class SqlResultMatch(Check):
     factory = "sql_result_match"
@@ -234,68 +181,101 @@ class SqlResultMatch(Check):
         import sqlglot  # noqa: F401  (reads the gold query's ORDER BY)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_gold"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_gold", "_gold_bytes")}
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: str,
+    @sql_read
+    def evaluate(self, evaluated_model_gold_answer: str = "",
                  evaluated_model_output: str = "") -> EvaluationResult:
         want = self._gold_rows(evaluated_model_gold_answer)
         try:
-            got = run_query(self.options["database"], sql_text(evaluated_model_output),
-                            self.options["timeout"])
-        except Exception as exc:  # the database's own error: the query is wrong, a finding
+            got = execute(self.options["database"], sql_text(evaluated_model_output),
+                          self.options["limits"], self.options["dialect"])[0]
+        except Exception as exc:  # the database's or the sandbox's word: the query is wrong, a finding
             return verdict(False, f"the query failed: {type(exc).__name__}: {cut(str(exc), 300)}")
         rows = _Rows(self.options["float_tolerance"])
         ordered = _ordered(evaluated_model_gold_answer, self.options["dialect"])
-        same = rows.same(got, want, ordered, self.options["compare"] == "bag")
+        same, got, order = self._compare(rows, got, want, ordered)
         facts: dict[str, Any] = {"rows_expected": len(want), "rows_got": len(got), "ordered": ordered,
-                 "row_overlap": round(rows.overlap(got, want), 6)}
+                                 "row_overlap": round(rows.overlap(got, want), 6)}
         if same:
-            return verdict(True, **facts)
+            return verdict(True, **facts | ({"column_order": order} if order else {}))
         return verdict(False, f"expected {len(want)} rows {_first(want)}, got {len(got)} rows "
                        f"{_first(got)}" + (" (in order)" if ordered else ""), **facts)
+
+    def _compare(self, rows: _Rows, got: list[tuple[Any, ...]], want: list[tuple[Any, ...]],
+                 ordered: bool) -> tuple[bool, list[tuple[Any, ...]], list[int] | None]:
+        """Whether the rows are the gold's, the rows (their columns in the gold's order when
+        that is what matched) and that order (None: as they came)."""
+        bag = self.options["compare"] == "bag"
+        if (same := rows.same(got, want, ordered, bag)) or self.options["column_order"] == "strict":
+            return same, got, None
+        order = rows.column_order(got, want, ordered, bag)
+        if order is None:
+            return False, got, None
+        arranged = [tuple(r[j] for j in order) for r in got]
+        return rows.same(arranged, want, ordered, bag), arranged, order
 
     def _gold_rows(self, gold: str) -> list[tuple[Any, ...]]:
         kept: dict[str, list[tuple[Any, ...]]] = self.__dict__.setdefault("_gold", {})
         if gold not in kept:
             try:
-                rows = run_query(self.options["database"], gold, self.options["timeout"])
+                rows, size = execute(self.options["database"], gold, self.options["limits"],
+                                     self.options["dialect"])
             except Exception as exc:
+                fix = ("raise max_rows=/max_bytes= or fix" if isinstance(exc, ResultTooLarge)
+                       else "fix")
                 raise DatasetError(f"sql_result_match: the gold query fails on "
                                    f"{self.options['database'].described}: {type(exc).__name__}: "
-                                   f"{exc}. Fix the dataset's evaluated_model_gold_answer.") from None
-            if len(kept) >= _GOLD_KEPT:
+                                   f"{exc}. {fix.capitalize()} the dataset's "
+                                   "evaluated_model_gold_answer.") from None
+            held = self.__dict__.get("_gold_bytes", 0) + size
+            if len(kept) >= _GOLD_KEPT or held > _GOLD_BYTES:
                 kept.clear()
-            kept[gold] = rows
+                held = size
+            kept[gold], self.__dict__["_gold_bytes"] = rows, held
         return kept[gold]
 
 
 def sql_result_match(database: str | Path | Connect, *, float_tolerance: float = 1e-6,
-                     compare: str = "set", engine: str | None = None, dialect: str = "sqlite",
-                     timeout: float = 10.0, **step: Any) -> SqlResultMatch:
+                     compare: str = "set", column_order: str = "ignore", engine: str | None = None,
+                     dialect: str = "sqlite", timeout: float = 10.0, max_rows: int = MAX_ROWS,
+                     max_bytes: int = MAX_BYTES, **step: Any) -> SqlResultMatch:
     """The output query returns the same rows as the gold query.
 
     ``database``: a SQLite or DuckDB file (``.duckdb``/``.ddb``: DuckDB, which needs the
     ``duckdb`` package), a schema script (a ``.sql`` file, or SQL text with ``CREATE
     TABLE``; ``engine="duckdb"`` runs it in DuckDB) or a function returning a new DB-API
-    connection. Each query runs on a fresh copy (read from the file, or the script run
-    anew), so one that changes data changes nothing for the next.
+    connection. Both queries run in a sandbox (`sql_sandbox`): read-only, no files,
+    network, extensions or settings, exactly one statement, stopped at ``timeout``
+    seconds, at most ``max_rows`` rows and ``max_bytes`` bytes (Python's size of the rows);
+    past any of them the row fails, saying which. The user's file never changes.
     Rows compare as a set (``compare="bag"``: duplicates count too), in order only when the
     gold query has a top-level ``ORDER BY``; numbers equal within ``float_tolerance``
-    (relative or absolute). A query that fails or runs past ``timeout`` seconds (SQLite
-    and DuckDB; a connection factory's database as its driver allows) is a fail with the
-    database's message; a gold query that fails is that row's error. A query in a Markdown
-    code fence (```sql ... ```) is read from it.
-    Score 1 or 0; the metadata has both row counts and the rows' overlap (Jaccard).
+    (relative or absolute); columns in any order (``column_order="ignore"``, as Spider's
+    test-suite evaluation: which column comes first is rarely the question; ``"strict"``:
+    in the gold's order, as BIRD compares tuples). A gold query that fails is that row's
+    error. A query in a Markdown code fence (```sql ... ```) is read from it.
+    Score 1 or 0; the metadata has both row counts, the rows' overlap (Jaccard) and, when
+    the columns matched in another order, that order (``column_order``: the output's
+    column for each gold column).
     """
     owner = "sql_result_match"
     check_choice(owner, "compare", compare, ("set", "bag"))
+    check_choice(owner, "column_order", column_order, ("ignore", "strict"))
     if engine is not None:
         check_choice(owner, "engine", engine, ("sqlite", "duckdb"))
+    limits = Limits(check_number(owner, "timeout", timeout, low=0.001), _count(owner, "max_rows", max_rows),
+                    _count(owner, "max_bytes", max_bytes))
     options = {"database": Database(database, engine), "compare": compare, "dialect": dialect,
-               "float_tolerance": check_number(owner, "float_tolerance", float_tolerance),
-               "timeout": check_number(owner, "timeout", timeout, low=0.001)}
+               "column_order": column_order, "limits": limits,
+               "float_tolerance": check_number(owner, "float_tolerance", float_tolerance)}
     return SqlResultMatch(options, "returns the gold query's rows", step)
+
+
+def _count(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{owner}: {name} must be a whole number >= 1, not {value!r}.")
+    return value
 
 
 class SqlEquivalent(Check):
@@ -304,8 +284,8 @@ class SqlEquivalent(Check):
     def warm(self) -> None:
         from sqlglot.optimizer import optimize  # noqa: F401
 
-    @needs_output
-    def evaluate(self, evaluated_model_gold_answer: str,
+    @sql_read
+    def evaluate(self, evaluated_model_gold_answer: str = "",
                  evaluated_model_output: str = "") -> EvaluationResult:
         import sqlglot
 
