@@ -177,8 +177,9 @@ def test_the_reviews_attack_runs_nothing(asking: _Asking, tmp_path: Path) -> Non
     assert refused.value.response.status_code == 401
     assert asking.secret is not None
     asked = asked_headers(asking.api_url, asking.secret)
-    found = httpx.post(f"{asking.api_url}/flow_runs/filter", json={}, headers=asked).json()
-    assert [r["name"] for r in found] == [] and not ran.exists()  # nothing to run, nothing ran
+    made = httpx.post(f"{asking.api_url}/flows/filter", headers=asked,
+                      json={"flows": {"name": {"any_": ["innocent"]}}}).json()
+    assert made == [] and not ran.exists()  # none of it made: nothing to run, nothing ran
     # Whoever has the auth string may (what the worker runs: the README's "Across hosts"):
     # the same requests with it run the command. So the worker polled meanwhile, asking
     # with the auth string and CSRF tokens of its own.
@@ -220,8 +221,9 @@ def test_an_experiment_given_server_env_records_every_task_run(asking: _Asking,
 
     exported = _exported(_server_cli("env", "--home", str(asking.home))[1])
     assert exported == {"PREFECT_API_URL": asking.api_url, "PREFECT_API_AUTH_STRING": asking.secret}
-    out, _ = _experiment(exported, tmp_path, "asked", 20)
+    out, said = _experiment(exported, tmp_path, "asked", 20)
     assert out["recorded"], out
+    assert exported["PREFECT_API_AUTH_STRING"] not in said
     asked = asked_headers(asking.api_url, exported["PREFECT_API_AUTH_STRING"])
     runs = httpx.post(f"{asking.api_url}/task_runs/filter", headers=asked, json={
         "flow_runs": {"id": {"any_": [out["flow_run_id"]]}}, "limit": 200}).json()
@@ -301,8 +303,6 @@ def test_the_secret_shows_nowhere_but_server_env(asking: _Asking) -> None:
     assert [where for where, text in seen.items() if secret in text] == []
     helped = CliRunner().invoke(app, ["server", "env", "--help"])
     assert "prints a secret" in " ".join(helped.stdout.split())
-
-
 
 
 # (end of the server section)
