@@ -44,16 +44,32 @@ def _until(check: Callable[[], object], timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+def _api() -> httpx.Client:
+    """The API over plain HTTP; for `server up`'s servers with the auth string they ask for
+    (PREFECT_API_AUTH_STRING) and the CSRF token every POST needs (made before the clock
+    starts)."""
+    import base64
+    import uuid
+
+    api = httpx.Client(base_url=os.environ["PREFECT_API_URL"], timeout=30)
+    if secret := os.environ.get("PREFECT_API_AUTH_STRING"):
+        api.headers["Authorization"] = f"Basic {base64.b64encode(secret.encode()).decode()}"
+        client = str(uuid.uuid4())
+        token = api.get("/csrf-token", params={"client": client}).json()["token"]
+        api.headers.update({"Prefect-Csrf-Token": token, "Prefect-Csrf-Client": client})
+    return api
+
+
 def main() -> None:
     mode: Literal["local", "prefect"] = "prefect" if sys.argv[1] == "prefect" else "local"
+    api = _api() if mode == "prefect" else None
     start = time.perf_counter()
     exp = run_experiment("fixed-cost", data=[{"evaluated_model_input": f"q{i}"} for i in range(ROWS)],
                          task=upper, evaluators=[long_enough], backend=mode,
                          results_dir="/tmp/bench-fixed", print_summary=False)
     returned = time.perf_counter()
     out = {"mode": mode, "call": returned - start}
-    if mode == "prefect":
-        api = httpx.Client(base_url=os.environ["PREFECT_API_URL"])
+    if api is not None:
         _until(lambda: exp.manifest.flow_run_id)
         flow_run = exp.manifest.flow_run_id or ""
         count = {"flow_runs": {"id": {"any_": [flow_run]}}}

@@ -66,9 +66,12 @@ def start(kind: str, home: Path) -> Server:
     roles: dict[str, list[int]] = {}
     for proc in started.procs:
         roles.setdefault(proc.role, []).extend([proc.pid] if proc.pid else [])
+    # It asks who you are: every process the bench starts meanwhile gives its auth string.
+    os.environ["PREFECT_API_AUTH_STRING"] = stack.auth.read(home) or ""
 
     def stop() -> None:
         stack.down(home)
+        os.environ.pop("PREFECT_API_AUTH_STRING", None)
 
     return Server(kind, started.api_url, roles, stop)
 

@@ -10,9 +10,10 @@
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 SCRATCH="$(mktemp -d)"
-export PREFECT_HOME="$SCRATCH/prefect" PREFECT_API_URL=http://127.0.0.1:4310/api
+export PREFECT_HOME="$SCRATCH/prefect"
 "$PY" -m patronus_tasks server up --home "$SCRATCH/stack" --port 4310
 trap '"$PY" -m patronus_tasks server down --home "$SCRATCH/stack"' EXIT
+eval "$("$PY" -m patronus_tasks server env --home "$SCRATCH/stack")"  # its URL and auth string
 
 "$PY" - "$SCRATCH" <<'EOF'
 import asyncio, json, re, sys
@@ -63,9 +64,27 @@ asyncio.run(ids())
 EOF
 
 sleep 10  # the records and logs catch up
-while read -r name size path; do
-  chromium --headless=new --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
-    --hide-scrollbars --window-size="$size" --virtual-time-budget=40000 \
-    --screenshot="${OUT:-docs}/$name.png" "$path" 2>/dev/null
-done < "$SCRATCH/urls"
+# Chromium through DevTools (tests/chromium.py): the UI asks for the stack's auth string
+# on a login page, so the browser is given it first, where that page keeps it.
+"$PY" - "$SCRATCH/urls" "${OUT:-docs}" <<'EOF'
+import base64, os, sys, time
+from pathlib import Path
+
+sys.path.insert(0, ".")
+from tests.chromium import Browser
+
+urls, out = Path(sys.argv[1]), Path(sys.argv[2])
+password = base64.b64encode(os.environ["PREFECT_API_AUTH_STRING"].encode()).decode()
+with Browser() as browser:
+    browser.open("http://127.0.0.1:4310/ui-settings")
+    browser.wait_for("document.readyState == 'complete'")
+    browser.js(f"localStorage.setItem('prefect-password', {password!r})")
+    for name, size, url in (line.split(" ", 2) for line in urls.read_text().splitlines()):
+        width, height = (int(n) for n in size.split(","))
+        browser.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                     deviceScaleFactor=1, mobile=False)
+        browser.open(url)
+        time.sleep(8)  # the page, its charts and its data are drawn
+        browser.screenshot(out / f"{name}.png")
+EOF
 ls -l "${OUT:-docs}"/*.png

@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: first four need no shared server: it migrates its new database meanwhile (~20 s).
 #: test_hosts (six hosts' processes, niced) runs among them: last, it ran alone for ~35 s
 #: at the end of every run; beside the shared server's tests it slowed none past its limits.
-SLOWEST = ("test_main_job", "test_stack", "test_lint", "test_judges", "test_backends",
+SLOWEST = ("test_main_job", "test_stack", "test_security", "test_lint", "test_judges", "test_backends",
            "test_results_first", "test_hosts", "test_object_store", "test_workers",
            "test_local_server", "test_recorder_restarts", "test_flows_http", "test_deployment",
            "test_rate_limits", "test_rag_flow", "test_costs_repeats_metrics", "test_prefect_ui",

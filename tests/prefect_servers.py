@@ -202,3 +202,17 @@ class SessionServer:
         self.server.stop(grace=2)  # its database is thrown away: no need to wait long
         shutil.rmtree(self.server.home, ignore_errors=True)
         shutil.rmtree(self.template.parent, ignore_errors=True)
+
+
+def asked_headers(api_url: str, auth_string: str) -> dict[str, str]:
+    """The headers a client of a server that asks who you are (`server up`'s) sends: its
+    auth string, and a CSRF token (CSRF protection on: every POST, the filters' too, needs
+    one; Prefect's own client fetches it the same way, for an hour)."""
+    import base64
+    import uuid
+
+    asked = {"Authorization": f"Basic {base64.b64encode(auth_string.encode()).decode()}"}
+    client = str(uuid.uuid4())
+    csrf = httpx.get(f"{api_url}/csrf-token", params={"client": client}, headers=asked,
+                     timeout=30).raise_for_status().json()
+    return {**asked, "Prefect-Csrf-Token": csrf["token"], "Prefect-Csrf-Client": client}

@@ -5,6 +5,7 @@ log without tracebacks, then `server down`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.deployments import run_deployment
 
-from patronus_tasks.prefect.server.stack import SERVER_NICE, Stack, alive
+from patronus_tasks.prefect.server.stack import SERVER_NICE, Stack, alive, auth
 
 from .conftest import ROOT
 from .prefect_servers import api_of, copy_database, free_port
@@ -64,6 +65,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, prefect_template_db: Path) -
         assert Stack.load(home) is None
 
 
+@contextlib.contextmanager
+def _client_of(stack: Stack) -> Iterator[None]:
+    """This process a client of the stack meanwhile: its API, and the auth string it asks."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, temporary_settings
+
+    with api_of(stack.api_url), temporary_settings({PREFECT_API_AUTH_STRING: auth.read(Path(stack.home))}):
+        yield
+
+
 async def _read_back(flow_run_id: Any) -> tuple[Any, Any, int, list[Any]]:
     async with get_client() as client:
         parent = await client.read_flow_run(flow_run_id)
@@ -79,7 +89,7 @@ async def _read_back(flow_run_id: Any) -> tuple[Any, Any, int, list[Any]]:
 
 def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    with api_of(stack.api_url):
+    with _client_of(stack):
         flow_run = run_deployment(
             "text-to-sql-eval/text-to-sql-nightly", timeout=240, poll_interval=1,
             parameters={"results_dir": str(results), "experiment_name": "deployed",
@@ -120,7 +130,7 @@ def test_deployment_parameters_are_described_and_relative(stack: Stack) -> None:
         async with get_client() as client:
             return await client.read_deployment_by_name("text-to-sql-eval/text-to-sql-nightly")
 
-    with api_of(stack.api_url):
+    with _client_of(stack):
         deployment = asyncio.run(read())
     schema = deployment.parameter_openapi_schema["properties"]
     assert set(schema) == {"dataset", "project", "experiment_name", "max_concurrency",
@@ -139,7 +149,7 @@ def test_nightly_schedules_create_runs(stack: Stack) -> None:
     # The scheduler service creates the cron deployment's next runs (Prefect 3.8 on
     # SQLAlchemy 2.1 never did: pyproject caps it); the paused one gets none.
     deadline, runs = time.monotonic() + 90, []
-    with api_of(stack.api_url):
+    with _client_of(stack):
         while not runs and time.monotonic() < deadline:
             time.sleep(2)
             runs = asyncio.run(_scheduled("text-to-sql-eval/text-to-sql-nightly"))

@@ -28,13 +28,13 @@ import httpx
 import pytest
 
 from patronus_tasks.exceptions import ConfigError
-from patronus_tasks.prefect.server.stack import LOCAL, Stack, Topology, alive, restart, status, up
+from patronus_tasks.prefect.server.stack import LOCAL, Stack, Topology, alive, auth, restart, status, up
 from patronus_tasks.prefect.server.stack.processes import Proc, spawn
 from patronus_tasks.prefect.server.stack.servers import api_processes
 from patronus_tasks.results import load_experiment
 
 from .conftest import ROOT
-from .prefect_servers import free_port
+from .prefect_servers import asked_headers, free_port
 from .waits import until
 
 # Whole by one worker (`--dist loadfile`): its tests share one stack, in this order.
@@ -53,6 +53,15 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 #: What `server up` printed (its table of processes, as `server status` shows it).
 _SHOWN: dict[str, str] = {}
+#: The stack asks who you are: its auth string, and the headers that give it (`_post`).
+_ASKED: dict[str, Any] = {}
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 30) -> Any:
+    """``POST`` as a client of the stack (a connection each time: an API process dies)."""
+    if "headers" not in _ASKED:
+        _ASKED["headers"] = asked_headers(_ASKED["api"], _ASKED["auth"])
+    return httpx.post(url, json=body, timeout=timeout, headers=_ASKED["headers"]).json()
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +74,7 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     stack = Stack.load(home)
     assert stack is not None
     _SHOWN["up"] = started.stdout
+    _ASKED.update(auth=auth.read(home), api=stack.api_url)
     try:
         yield stack
     finally:
@@ -77,7 +87,7 @@ def _experiment(api_url: str, tmp_path: Path, name: str) -> subprocess.Popen[str
     # was recorded for its stall, doubled each time: 15 s then 30 s by default (+46 s in
     # one suite run), 3 s then 6 s here (what is tested is that nothing is lost or doubled).
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(tmp_path / name),
-           "PATRONUS_TASKS_RECORDER_STALL_SECONDS": "3"}
+           "PATRONUS_TASKS_RECORDER_STALL_SECONDS": "3", "PREFECT_API_AUTH_STRING": _ASKED["auth"]}
     return subprocess.Popen(
         [sys.executable, str(HERE / "stack_experiment.py"), str(tmp_path / "results"), name,
          str(ROWS)], env=env, stdout=subprocess.PIPE, stderr=(tmp_path / f"{name}.err").open("w"),
@@ -86,7 +96,7 @@ def _experiment(api_url: str, tmp_path: Path, name: str) -> subprocess.Popen[str
 
 def _recorded(api_url: str) -> int:
     """Task runs the server holds, all flow runs together."""
-    return int(httpx.post(f"{api_url}/task_runs/count", json={}, timeout=10).json())
+    return int(_post(f"{api_url}/task_runs/count", {}, timeout=10))
 
 
 def _when_recorded(api_url: str, at_least: int, running: list[subprocess.Popen[str]],
@@ -118,15 +128,15 @@ def _stored_events(api_url: str, runs: list[dict[str, Any]]) -> int:
     body = {"filter": {"resource": {"id": ids},
                        "occurred": {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}},
             "limit": 1}
-    return int(httpx.post(f"{api_url}/events/filter", json=body, timeout=30).json()["total"])
+    return int(_post(f"{api_url}/events/filter", body)["total"])
 
 
 def _task_runs(api_url: str, flow_run_id: str) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     while True:
-        page = httpx.post(f"{api_url}/task_runs/filter", timeout=30, json={
+        page = _post(f"{api_url}/task_runs/filter", {
             "flow_runs": {"id": {"any_": [flow_run_id]}}, "sort": "ID_DESC", "limit": 200,
-            "offset": len(runs)}).json()
+            "offset": len(runs)})
         if not page:
             return runs
         runs += page

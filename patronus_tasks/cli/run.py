@@ -82,13 +82,39 @@ def _check_api() -> None:
     for attempt in range(3):
         try:
             httpx.get(f"{url.rstrip('/')}/health", timeout=5.0, verify=verify)
-            return
+            return _check_auth(url, verify)
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5 * (attempt + 1))
     raise usage(f"the Prefect API at {url} does not answer ({problem}). Start a server there "
                 "(patronus-tasks server up), point PREFECT_API_URL at one that runs, or unset "
                 "PREFECT_API_URL to use Prefect's built-in server.")
+
+
+def _check_auth(url: str, verify: bool | str) -> None:
+    """A server that asks who you are (401), said before anything runs, with the fix:
+    Prefect's engine failed first, with a long traceback. Asked as Prefect's client asks
+    (its auth string, else its API key); ``/health`` answers anyone."""
+    import base64
+
+    import httpx
+    from prefect.settings import get_current_settings
+
+    from patronus_tasks.prefect.clients import refused_fix
+
+    api, headers = get_current_settings().api, {}
+    if api.auth_string is not None:
+        token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    elif api.key is not None:
+        headers["Authorization"] = f"Bearer {api.key.get_secret_value()}"
+    try:
+        code = httpx.get(f"{url.rstrip('/')}/admin/version", headers=headers, timeout=5.0,
+                         verify=verify).status_code
+    except httpx.HTTPError:
+        return  # not answering now: Prefect's engine says so
+    if code == 401:
+        raise usage(refused_fix(url))
 
 
 #: Options every experiment the function starts takes (`options.giving`) when the

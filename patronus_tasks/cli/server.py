@@ -1,17 +1,18 @@
-"""``patronus-tasks server``: a Prefect stack on this machine (up, down, status). Prefect's
-stack is imported when a command runs, not when the command line starts."""
+"""``patronus-tasks server``: a Prefect stack on this machine (up, down, status, env).
+Prefect's stack is imported when a command runs, not when the command line starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
+from urllib.parse import urlsplit
 
 import typer
 
 from patronus_tasks.cli.common import usage
 
 if TYPE_CHECKING:
-    from patronus_tasks.prefect.server.stack import ProcStatus
+    from patronus_tasks.prefect.server.stack import ProcStatus, Stack
     from patronus_tasks.prefect.server.stack.processes import Proc, Stopped
 
 server = typer.Typer(help="A Prefect stack on this machine: server (or Prefect's scaled topology: "
@@ -23,6 +24,10 @@ Home = Annotated[Path, typer.Option("--home", help="Where the stack's databases,
 
 @server.command("up")
 def server_up(home: Home = Path(".prefect"), port: int = 4200,
+              host: Annotated[str, typer.Option(
+                  help="Where the API listens: 127.0.0.1 (this machine only), or an address "
+                  "of this host (0.0.0.0: every one) for other machines, then behind a TLS "
+                  "proxy. It asks for its auth string either way.")] = "127.0.0.1",
               postgres: Annotated[str | None, typer.Option(
                   help="Keep Prefect's state in PostgreSQL: `local` (a server started here, "
                   "its data in --home) or a URL (postgresql+asyncpg://user:pass@host:5432/db). "
@@ -44,8 +49,9 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
                   help="Run the server side this many steps below normal CPU priority, so "
                   "recording rows never slows the rows (0: same priority).")] = 10) -> None:
     """Start a Prefect server on 127.0.0.1 (or its scaled topology), create the pool,
-    deploy, start a worker. Where a stack is up already: says so, and starts its worker
-    again if it stopped."""
+    deploy, start a worker. Its API asks for an auth string (made at the first start, kept
+    in --home; `server env` prints it), CSRF protection on. Where a stack is up already:
+    says so, and starts its worker again if it stopped."""
     from patronus_tasks.exceptions import PatronusTasksError
     from patronus_tasks.prefect.server import stack as _stack
 
@@ -58,13 +64,29 @@ def server_up(home: Home = Path(".prefect"), port: int = 4200,
             _print_again(again, home)
             return
         stack = _stack.up(Path.cwd(), home, port, topology=topology, deploy=deploy,
-                          worker=worker, nice=nice)
+                          worker=worker, nice=nice, host=host)
     except PatronusTasksError as exc:
         raise usage(str(exc)) from None
-    typer.echo(f"Prefect UI:  {stack.ui_url}\nAPI:         {stack.api_url}")
-    _print_status(_stack.status(home) or [])
+    _print_up(stack, host)
+
+
+def _print_up(stack: Stack, host: str) -> None:
+    import shlex
+
+    from patronus_tasks.prefect.server import stack as _stack
+    from patronus_tasks.prefect.server.stack import auth
+
+    typer.echo(f"Prefect UI:  {stack.ui_url}   (its login asks for the auth string)\n"
+               f"API:         {stack.api_url}   (asks for the auth string, kept in "
+               f"{Path(stack.home) / auth.AUTH_FILE})")
+    _print_status(_stack.status(Path(stack.home)) or [])
+    if not auth.is_loopback(host):
+        typer.echo(f"listening on {host}:{urlsplit(stack.api_url).port} in plain HTTP: put TLS in "
+                   "front (a reverse proxy) before other machines use it; the README's "
+                   "\"Across hosts\" says how")
     typer.echo(f"logs in {stack.home}\n"
-               f"export PREFECT_API_URL={stack.api_url}   # to run flows against it")
+               f"eval \"$(patronus-tasks server env --home {shlex.quote(stack.home)})\"   "
+               "# PREFECT_API_URL and its auth string, to run flows against it")
 
 
 def _print_again(started: list[Proc], home: Path) -> None:
@@ -123,3 +145,32 @@ def server_status(home: Home = Path(".prefect"), as_json: Annotated[bool, typer.
         _print_status(found)
     if not all(row.running for row in found):
         raise typer.Exit(1)
+
+
+@server.command("env")
+def server_env(home: Home = Path(".prefect")) -> None:
+    """Print the shell lines a Prefect client needs: it prints a secret.
+
+    The lines export PREFECT_API_URL and PREFECT_API_AUTH_STRING, the API's auth string:
+    whoever has it runs commands through the stack's worker. Run it as
+    `eval "$(patronus-tasks server env)"`, and keep its output out of logs and tickets."""
+    import shlex
+
+    from patronus_tasks.exceptions import PatronusTasksError
+    from patronus_tasks.prefect.server.stack import Stack, auth
+
+    stack = Stack.load(home.resolve())
+    if stack is None:
+        typer.echo(f"no stack recorded in {home.resolve()} (--home: where `server up` ran)",
+                   err=True)
+        raise typer.Exit(1)
+    try:
+        secret = auth.read(home.resolve())
+    except PatronusTasksError as exc:
+        raise usage(str(exc)) from None
+    typer.echo(f"export PREFECT_API_URL={shlex.quote(stack.api_url)}")
+    if secret is None:
+        typer.echo(f"# the stack in {stack.home} was started before `server up` gave it an "
+                   "auth string: `server down` and `server up` start it with one", err=True)
+        return
+    typer.echo(f"export PREFECT_API_AUTH_STRING={shlex.quote(secret)}")

@@ -292,8 +292,9 @@ def _check_batches(backend: TaskRunnerOption) -> None:
     if is_dask and not PREFECT_API_URL.value():
         raise ConfigError(
             "rows on Dask workers report to a Prefect server they can reach: set "
-            "PREFECT_API_URL (e.g. `patronus-tasks server up`); the built-in server is "
-            "private to this process.")
+            "PREFECT_API_URL (e.g. `patronus-tasks server up`, then `eval \"$(patronus-tasks "
+            "server env)\"`: its URL and auth string); the built-in server is private to "
+            "this process.")
 
 
 def _check_not_a_worker_import() -> None:

@@ -36,3 +36,16 @@ def _tls(insecure: bool, cert_file: str | None) -> ssl.SSLContext:
     import certifi
 
     return ssl.create_default_context(cafile=cert_file or certifi.where())
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the API's 401: it asks for an auth string this client lacks."""
+    return getattr(getattr(exc, "response", None), "status_code", None) == 401
+
+
+def refused_fix(url: str | None) -> str:
+    """What to say when the API at ``url`` answered 401, with the fix."""
+    return (f"the Prefect API at {url} asks who you are (401 Unauthorized): set its auth string "
+            "in PREFECT_API_AUTH_STRING (a stack of `patronus-tasks server up`: "
+            "eval \"$(patronus-tasks server env)\" where it was started), or on Prefect Cloud "
+            "PREFECT_API_KEY")

@@ -53,6 +53,28 @@ def redis_settings(url: str) -> dict[str, str]:
     return {**REDIS_MODULES, "PREFECT_REDIS_MESSAGING_URL": url, "PREFECT_SERVER_DOCKET_URL": url}
 
 
+#: The settings that make a server `server up` starts ask who you are (Prefect's names, set
+#: under both where Prefect reads two): its API's auth string (every request but ``GET
+#: /health`` and ``/ready``, websockets too, answered 401 without it), CSRF tokens on every
+#: request that changes state (Prefect's default: off), and cross-origin requests from the
+#: UI's own origins only (Prefect's default: any, ``*``).
+def server_auth_settings(auth_string: str, origins: list[str]) -> dict[str, str]:
+    """The server side: ``auth_string`` asked of every client, ``origins`` the only ones
+    a browser may call the API from."""
+    allowed = ",".join(origins)
+    return {"PREFECT_SERVER_API_AUTH_STRING": auth_string,
+            "PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED": "true",
+            "PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true",
+            "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": allowed,
+            "PREFECT_SERVER_CORS_ALLOWED_ORIGINS": allowed}
+
+
+def client_auth_settings(auth_string: str) -> dict[str, str]:
+    """The client side (a worker, ``prefect deploy``, a shell's `server env`): the auth
+    string sent with every request, and the CSRF token fetched before each change."""
+    return {"PREFECT_API_AUTH_STRING": auth_string, "PREFECT_CLIENT_CSRF_SUPPORT_ENABLED": "true"}
+
+
 #: CPU priority of the servers this package starts (Unix ``nice``). Recording a call costs
 #: a server ~3.5 ms of CPU, several times what the call costs the experiment: on a shared
 #: machine, at equal priority, it slows the rows it records (0.73 of a plain loop at C=16

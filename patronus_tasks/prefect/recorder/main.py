@@ -29,7 +29,7 @@ from prefect.states import Cancelled, Completed, Crashed
 
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.prefect import flowruns, internal, settings
-from patronus_tasks.prefect.clients import get_client
+from patronus_tasks.prefect.clients import get_client, refused, refused_fix
 from patronus_tasks.prefect.protocol import (
     CallItem,
     Closing,
@@ -270,6 +270,10 @@ async def _until_created(opening: Opening, service: Service) -> flowruns.Created
             logger.error("%s", exc)
             return None
         except Exception as exc:
+            if refused(exc):  # it answers, and will not without the auth string
+                logger.error("%s: %s is not recorded on Prefect (its results are written)",
+                             refused_fix(_api_url()), opening.title)
+                return None
             if time.monotonic() + wait > deadline:
                 logger.error("%s", _unanswered(opening, exc))
                 return None
@@ -277,11 +281,15 @@ async def _until_created(opening: Opening, service: Service) -> flowruns.Created
         wait = min(wait * 2, 8.0)
 
 
-def _unanswered(opening: Opening, exc: Exception) -> str:
-    """Why the flow run could not be made, in this package's terms, with the fix."""
+def _api_url() -> str | None:
     from prefect.settings import get_current_settings
 
-    url = get_current_settings().api.url
+    return get_current_settings().api.url
+
+
+def _unanswered(opening: Opening, exc: Exception) -> str:
+    """Why the flow run could not be made, in this package's terms, with the fix."""
+    url = _api_url()
     brief = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     return (f"the Prefect API at {url} did not answer for {settings.unanswered_seconds():g} s ({brief}): "
             f"{opening.title} is not recorded on Prefect (its results are written). Start a "

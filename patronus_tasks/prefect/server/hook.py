@@ -85,5 +85,5 @@ def startup_note() -> str | None:
     server.hinted = True
     return (f"This runs on Prefect's built-in server, started in {server.started_in:.1f} s for "
             "this process and stopped with it. To skip that start and keep every run in a UI: "
-            "`patronus-tasks server up`, then `export PREFECT_API_URL=http://127.0.0.1:4200/api`; "
-            "the UI is then at http://127.0.0.1:4200")
+            "`patronus-tasks server up`, then `eval \"$(patronus-tasks server env)\"` (its "
+            "API's URL and auth string); the UI is then at http://127.0.0.1:4200")

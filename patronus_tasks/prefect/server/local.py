@@ -184,8 +184,8 @@ class LocalServer(SubprocessASGIServer):
         what = (f"did not answer within {wait:.0f} s" if code == -1
                 else f"exited with code {code} while starting")
         return (f"Prefect's built-in server {what} (log: {self.log_path}); raise {TIMEOUT_SETTING}, "
-                "or run a server of your own: `patronus-tasks server up` and "
-                "PREFECT_API_URL=http://127.0.0.1:4200/api")
+                "or run a server of your own: `patronus-tasks server up`, then "
+                "`eval \"$(patronus-tasks server env)\"` (its API's URL and auth string)")
 
     def _kill(self) -> None:
         proc = self.server_process

@@ -1,7 +1,8 @@
 """A Prefect stack in one command: ``patronus-tasks server up``.
 
-Two shapes (`Topology`), both on 127.0.0.1 and below normal CPU priority for the server
-side (`SERVER_NICE`), then (unless neither is wanted) the ``local-process`` work pool,
+Two shapes (`Topology`), both below normal CPU priority for the server side
+(`SERVER_NICE`), the API on 127.0.0.1 (or ``host``) asking for its auth string (`auth`),
+then (unless neither is wanted) the ``local-process`` work pool,
 ``prefect deploy --all`` and a process worker:
 
 - one ``prefect server start``, its services inside, on SQLite in ``home`` (default) or
@@ -30,7 +31,7 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.prefect.settings import SERVER_NICE
 from patronus_tasks.record.location import redact
 
-from . import broker, database, servers
+from . import auth, broker, database, servers
 from .processes import Proc, Stopped, alive, answers, children, port_taken, stop
 from .servers import POOL
 
@@ -122,27 +123,29 @@ class Stack:
 
 def up(project: Path, home: Path, port: int = 4200, *, topology: Topology = Topology(),
        deploy: bool = True, worker: bool = True, timeout: float = 180.0,
-       nice: int = SERVER_NICE) -> Stack:
-    """Start the stack; return what was started. A missing piece is a `ConfigError`
-    before anything starts; on any failure, what was started is stopped."""
+       nice: int = SERVER_NICE, host: str = auth.LOOPBACK) -> Stack:
+    """Start the stack, its API on ``host``; return what was started. A missing piece is
+    a `ConfigError` before anything starts; on any failure, what was started is stopped."""
     topology.check()
     home = home.resolve()
     home.mkdir(parents=True, exist_ok=True)
     if Stack.load(home) is not None:
         raise ConfigError(f"a stack is already recorded in {home}; run `patronus-tasks "
                           "server down` first")
-    if port_taken(port):
-        raise ConfigError(f"port {port} on 127.0.0.1 is taken: stop what listens there, "
+    reached = auth.reached_at(host)
+    if port_taken(port, reached.strip("[]")):
+        raise ConfigError(f"port {port} on {reached} is taken: stop what listens there, "
                           "or choose another with --port")
     _check_pieces(topology)
     if deploy and not (project / "prefect.yaml").is_file():
         raise ConfigError(f"no prefect.yaml in {project.resolve()} to deploy: run this from the "
                           "project's folder, or pass --no-deploy for a server and worker alone")
-    stack = Stack(f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}", str(home),
+    secret = auth.auth_string(home)  # before anything starts: one others may read is refused
+    stack = Stack(f"http://{reached}:{port}/api", f"http://{reached}:{port}", str(home),
                   project=str(project.resolve()))
     stack.save()
     try:
-        _start(stack, project, port, topology, deploy, worker, timeout, nice)
+        _start(stack, project, (host, port), secret, topology, deploy, worker, timeout, nice)
     except BaseException:
         down(home)
         raise
@@ -170,9 +173,9 @@ def up_again(home: Path, project: Path) -> list[Proc] | None:
         raise ConfigError(f"the stack recorded in {stack.home} is not all running: {named} "
                           "stopped. Look at its log, then run `patronus-tasks server down` "
                           "and `server up` again")
-    started = []
+    started, secret = [], auth.read(Path(stack.home))
     for proc in stopped:
-        started.append(servers.start_worker(Path(stack.home), stack.api_url,
+        started.append(servers.start_worker(Path(stack.home), stack.api_url, secret,
                                             Path(stack.project) if stack.project else project))
         stack.procs[stack.procs.index(proc)] = started[-1]
         stack.save()
@@ -193,23 +196,24 @@ def _check_pieces(topology: Topology) -> None:
         broker.check(topology.redis)
 
 
-def _start(stack: Stack, project: Path, port: int, topology: Topology, deploy: bool,
-           worker: bool, timeout: float, nice: int) -> None:
+def _start(stack: Stack, project: Path, where: tuple[str, int], secret: str,
+           topology: Topology, deploy: bool, worker: bool, timeout: float, nice: int) -> None:
     home = Path(stack.home)
     db_url = _store(stack, "postgres", topology.postgres, database.start_local, nice)
     redis_url = _store(stack, "redis", topology.redis, broker.start_local, nice)
-    env = servers.server_env(home, db_url, redis_url)
-    api = stack.add(servers.start_api(home, env, port, topology.api_processes,
+    env = servers.server_env(home, db_url, redis_url, servers.asking(secret, *where))
+    api = stack.add(servers.start_api(home, env, *where, topology.api_processes,
                                       bool(redis_url), nice))
     if redis_url:  # the API processes start meanwhile: they touch no table until asked
         servers.prepare(env, home)
         for proc in servers.start_services(home, env, nice):
             stack.add(proc)
     servers.wait_healthy(api, timeout)
+    auth.require_asking(stack.api_url)
     if deploy or worker:  # neither: the server alone
-        servers.pool_and_deployments(home, stack.api_url, project, deploy)
+        servers.pool_and_deployments(home, stack.api_url, secret, project, deploy)
     if worker:
-        stack.add(servers.start_worker(home, stack.api_url, project))
+        stack.add(servers.start_worker(home, stack.api_url, secret, project))
 
 
 def _store(stack: Stack, role: str, given: str | None, start: Callable[[Path, int], Proc],

@@ -153,10 +153,8 @@ def command_line(pid: int) -> str:
 
 
 def port_taken(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something already listens on ``host:port``."""
-    with socket.socket() as sock:
-        sock.settimeout(1)
-        return sock.connect_ex((host, port)) == 0
+    """Whether something already listens on ``host:port`` (an IPv4 or IPv6 address)."""
+    return answers(host, port, timeout=1)
 
 
 def free_port() -> int:

@@ -13,8 +13,14 @@ import httpx
 
 from patronus_tasks.exceptions import ExperimentError
 from patronus_tasks.prefect import internal
-from patronus_tasks.prefect.settings import SERVER_DEFAULTS, redis_settings
+from patronus_tasks.prefect.settings import (
+    SERVER_DEFAULTS,
+    client_auth_settings,
+    redis_settings,
+    server_auth_settings,
+)
 
+from . import auth
 from .processes import Proc, spawn, wait_for
 
 POOL = "local-process"
@@ -24,10 +30,12 @@ SERVICES = ("cancellation_cleanup", "db_vacuum", "foreman", "late_runs", "schedu
             "pause_expirations", "repossessor", "cleanup_reconciler", "task_run_recorder")
 
 
-def server_env(home: Path, database_url: str | None, redis_url: str | None) -> dict[str, str]:
+def server_env(home: Path, database_url: str | None, redis_url: str | None,
+               asks: dict[str, str]) -> dict[str, str]:
     """The environment of the server processes: the settings for many task runs (where
-    the user set none), the database and Redis they share."""
-    env = {**SERVER_DEFAULTS, **os.environ, "PREFECT_HOME": str(home)}
+    the user set none), the database and Redis they share, and ``asks``
+    (`server_auth_settings`: over the user's, so that nothing set in the shell opens it)."""
+    env = {**SERVER_DEFAULTS, **os.environ, "PREFECT_HOME": str(home), **asks}
     env.pop("PREFECT_API_URL", None)
     if database_url:
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
@@ -38,8 +46,16 @@ def server_env(home: Path, database_url: str | None, redis_url: str | None) -> d
     return env
 
 
-def client_env(home: Path, api_url: str) -> dict[str, str]:
-    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url}
+def client_env(home: Path, api_url: str, auth_string: str | None) -> dict[str, str]:
+    """A client's environment (the worker, ``prefect deploy``): the stack's API and its
+    auth string (None: a stack started before it had one)."""
+    asks = client_auth_settings(auth_string) if auth_string else {}
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url, **asks}
+
+
+def asking(auth_string: str, host: str, port: int) -> dict[str, str]:
+    """The server settings that make it ask who you are (`server_auth_settings`)."""
+    return server_auth_settings(auth_string, auth.ui_origins(host, port))
 
 
 def prefect(*args: str) -> list[str]:
@@ -59,20 +75,18 @@ def prepare(env: dict[str, str], cwd: Path) -> None:
         "migrating the Prefect database")
 
 
-def start_api(home: Path, env: dict[str, str], port: int, processes: int,
+def start_api(home: Path, env: dict[str, str], host: str, port: int, processes: int,
               services_apart: bool, nice: int) -> Proc:
-    """``prefect server start``: with several processes (uvicorn's workers on one port,
-    replaced when one dies), or services apart, it runs no services."""
-    args = ["server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    """``prefect server start`` on ``host``: with several processes (uvicorn's workers on
+    one port, replaced when one dies), or services apart, it runs no services."""
+    args = ["server", "start", "--host", host, "--port", str(port)]
     if processes > 1:
         args += ["--workers", str(processes)]
     elif services_apart:
         args.append("--no-services")
-    url = f"http://127.0.0.1:{port}/api"
+    url = f"http://{auth.reached_at(host)}:{port}/api"
     proc = Proc("api", url=url, argv=prefect(*args), log=str(home / "server.log"))
-    # The UI finds the API from PREFECT_UI_API_URL, which Prefect derives from its port
-    # setting (4200), not from --port: on another port the UI could not reach its API.
-    return spawn(proc, {"PREFECT_UI_API_URL": url, **env}, home, nice)
+    return spawn(proc, {"PREFECT_UI_API_URL": auth.ui_api_url(host, url), **env}, home, nice)
 
 
 #: The services that take every event apart from the task-run recorder (which makes task
@@ -122,14 +136,15 @@ def api_processes(api: Proc) -> list[int]:
     return [pid for pid in children(api.pid) if "multiprocessing.spawn" in command_line(pid)]
 
 
-def pool_and_deployments(home: Path, api_url: str, project: Path, deploy: bool) -> None:
-    env = client_env(home, api_url)
+def pool_and_deployments(home: Path, api_url: str, auth_string: str, project: Path,
+                         deploy: bool) -> None:
+    env = client_env(home, api_url, auth_string)
     run(prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"), env, project)
     if deploy:
         run(prefect("--no-prompt", "deploy", "--all"), env, project)
 
 
-def start_worker(home: Path, api_url: str, project: Path) -> Proc:
+def start_worker(home: Path, api_url: str, auth_string: str | None, project: Path) -> Proc:
     proc = Proc("worker", argv=prefect("worker", "start", "--pool", POOL),
                 log=str(home / "worker.log"))
-    return spawn(proc, client_env(home, api_url), project)
+    return spawn(proc, client_env(home, api_url, auth_string), project)
