@@ -1,19 +1,19 @@
 """Untrusted text as text in the Markdown this package writes for the Prefect UI.
 
-Outputs, inputs, gold answers, explanations, errors, names, tags and dataset columns go
-into artifacts, and both of Prefect's UIs render an artifact's Markdown and its
-description: v1 with marked (its raw HTML through DOMPurify, which keeps ``<img>`` and
-``<a>``), v2 with react-markdown, GFM, raw HTML and a GitHub-like sanitizer. Both load an
-image from any URL, and v1 keeps ``[x](javascript:...)`` live. So every untrusted value
-goes into Markdown through `text` (or `cell`, `label`, `code`, built on it): it escapes
-with backslashes, which both UIs drop (``COUNT(*)`` reads ``COUNT(*)``, not italic), and
-breaks what would become a link by itself (``http://``, ``www.``, ``a@b.c``: GFM links
-them, and v2 finds them after escapes are undone) with a word joiner, U+2060, which
-neither shows. Numeric entities are no way: v1 shows ``&#42;`` as it is.
+Outputs, explanations, errors, names, sample ids and dataset columns go into artifacts,
+and both of Prefect's UIs render an artifact's Markdown and its description: v1 with
+marked (raw HTML through DOMPurify, which keeps ``<img>`` and ``<a>``), v2 with
+react-markdown, GFM, raw HTML and a GitHub-like sanitizer. Both load an image from any
+URL, and v1 keeps ``[x](javascript:...)`` live. So every untrusted value goes into
+Markdown through `text` (or `cell`, `code`, `label`): backslash escapes, which both UIs
+drop (``COUNT(*)`` reads ``COUNT(*)``, not italic), and a word joiner (U+2060, shown by
+neither) in what GFM links by itself (``http://``, ``www.``, ``a@b.c``: v2 finds those
+after escapes are undone). Entities are no way: v1 shows ``&#42;`` as it is.
 
-A table artifact is the exception (`inert`): v1 renders each string cell as Markdown of
-its own, v2 shows it as plain text, where a backslash would show. Its cells get invisible
-marks instead, that break each construct in marked and that v2 does not show.
+Two places read Markdown differently in the two UIs, and get invisible marks instead of
+backslashes, which would show: a table artifact's cells (`inert`: Markdown in v1, text in
+v2) and a link's text (`label`: as written in v1, Markdown in v2). Prefect's state
+messages, logs and task inputs are text in both UIs: nothing here touches them.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ _EDGE_UNDERSCORES = r"(?<!_)(?:(?<![^\W_])_+|_++(?![^\W_]))"
 #: spans, emphasis, strikethrough, links and images, HTML and autolinks, entities, table
 #: cells (``!`` before this package's own ``[`` would make its link an image).
 _INLINE = re.compile(r"[\\`*~\[\]<&|!]|" + _EDGE_UNDERSCORES)
-#: What GFM links by itself: a scheme's ``://``, ``www.``, an e-mail's ``@``.
-_AUTOLINK = re.compile(r"(?<=[A-Za-z])(?=://)|(?i:(?<=www)(?=\.))|(?<=@)")
+#: What GFM links by itself: a scheme's ``://``, ``www.``, an e-mail's ``@`` (an ``@``
+#: before no domain, ``pass@3``, is left alone).
+_AUTOLINK = re.compile(r"(?<=[A-Za-z])(?=://)|(?i:(?<=www)(?=\.))|(?<=@)(?=[-\w]+\.)")
 #: An ordered list's marker at the start of a line (``1.``, ``2)``).
 _LIST = re.compile(r"^(\d{1,9})([.)])(?=\s|$)")
 

@@ -60,8 +60,9 @@ async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None
     mine = [a for a in found if _of_series(a, series)]
     if not mine:
         return None
-    link = re.search(r"\]\((.*)\)$", str(mine[0].data or ""))
-    target = link.group(1) if link else str(mine[0].data)
+    # The target after the last "](": the link's text may hold one.
+    written = re.search(r".*\]\((.*)\)$", str(mine[0].data or ""))
+    target = written.group(1) if written else str(mine[0].data)
     return PreviousRun(target, str(mine[0].flow_run_id) if mine[0].flow_run_id else None)
 
 
