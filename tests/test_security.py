@@ -310,7 +310,7 @@ def _links(beacon: str, field: str) -> str:
 
 #: What each UI's page shows of an artifact: its data and its description.
 _CONTENT = {"v1": ".artifact-data-markdown, .artifact-data-table, .artifact-description",
-            "v2": "[data-testid=markdown-display], [data-testid=table-display], .my-2"}
+            "v2": ".prose, [data-testid=table-display], .my-2"}
 
 _SEEN = """(() => {
   const roots = [...document.querySelectorAll(%r)];
@@ -322,12 +322,21 @@ _SEEN = """(() => {
 })()"""
 
 
+#: Where each UI's page shows an artifact's description.
+_DESCRIPTION = {"v1": ".artifact-description", "v2": ".my-2"}
+
+
+def _text_of(where: str) -> str:
+    """A JavaScript expression: the text of what ``where`` selects."""
+    return f"[...document.querySelectorAll({where!r})].map(r => r.innerText).join(' ')"
+
+
 def _open(b, url: str, ready: str, shot) -> None:
-    """Open ``url`` in browser ``b`` until the page's text holds ``ready``; a screenshot
-    to ``shot`` either way."""
+    """Open ``url`` in browser ``b`` until ``ready`` (a JavaScript expression) holds; a
+    screenshot to ``shot`` either way."""
     b.open(url)
     try:
-        b.wait_for(f"document.body.innerText.includes({ready!r})", timeout=90)
+        b.wait_for(ready, timeout=90)
     finally:
         b.screenshot(shot, full=True)
 
@@ -352,7 +361,7 @@ def _run_hostile(beacon: str, results_dir) -> tuple[dict[str, str], str]:
             raise ValueError(_links(beacon, "er"))
         return _pictures(beacon, "out") + _links(beacon, "out")
 
-    @evaluator(name=f"judge <img src={beacon}/ev.png> [e](javascript:alert(1))")
+    @evaluator(name=f"judge <img src={beacon}/ev.png> [e](javascript:alert(1)) *it*")
     def judge(evaluated_model_output: str) -> EvaluationResult:
         return EvaluationResult(pass_=False, explanation=_pictures(beacon, "ex"))
 
@@ -362,7 +371,7 @@ def _run_hostile(beacon: str, results_dir) -> tuple[dict[str, str], str]:
             {"sid": "s2", "evaluated_model_input": "boom"}]
     exp = run_experiment(f"sec <img src={beacon}/project.png>", data=data, task=answer,
                          evaluators=[judge], print_summary=False, results_dir=results_dir,
-                         experiment_name=f"x ![x]({beacon}/experiment.png) [n](javascript:x)",
+                         experiment_name=f"x ![x]({beacon}/experiment.png) [n](javascript:x) _it_",
                          tags={"t": f"<img src={beacon}/tag.png>"})
     assert exp.wait_recorded(RECORDED_WITHIN)
     keys = {artifact_key(exp.info.series, k): k for k in ("report", "summary", "history")}
@@ -393,6 +402,7 @@ def test_hostile_rows_fetch_nothing_and_link_no_javascript_in_either_prefect_ui(
     beacon, ui = _Beacon(), _UI(prefect_server)
     try:
         artifacts, verdict = _run_hostile(beacon.url, tmp_path / "results")
+        # What each page shows once rendered, besides its description
         ready = {"report": "First failed evaluations", "summary": "pass rate", "history": "started"}
         shown = {"report": "COUNT(*) COUNT(*) ![b](", "summary": "judge <img src=",
                  "history": "x ![x]("}
@@ -400,7 +410,11 @@ def test_hostile_rows_fetch_nothing_and_link_no_javascript_in_either_prefect_ui(
         with Browser(1500, 1100) as b:
             for ui_name, base in (("v1", ""), ("v2", "/v2")):
                 for kind in ("report", "summary", "history"):
-                    _open(b, f"{ui.url}{base}/artifacts/artifact/{artifacts[kind]}", ready[kind],
+                    # (v2 has the artifact's raw text on its page before its Markdown is
+                    # rendered, and renders its description apart)
+                    _open(b, f"{ui.url}{base}/artifacts/artifact/{artifacts[kind]}",
+                          f"{_text_of(_CONTENT[ui_name])}.includes({ready[kind]!r}) && "
+                          f"{_text_of(_DESCRIPTION[ui_name])}.trim()",
                           tmp_path / f"{ui_name}-{kind}.png")
                     seen = b.js(_SEEN % _CONTENT[ui_name])
                     assert seen["js"] == [], (ui_name, kind, seen["js"])
@@ -408,7 +422,10 @@ def test_hostile_rows_fetch_nothing_and_link_no_javascript_in_either_prefect_ui(
                         ui_name, kind, seen["links"])
                     assert seen["marks"] == [], (ui_name, kind, seen["marks"])
                     assert shown[kind] in seen["text"], (ui_name, kind, seen["text"])
-                _open(b, f"{ui.url}{base}/runs/task-run/{verdict}", "Not passed",
+                    assert "sec <img src=" in seen["text"]  # the description, as written
+                # Its log holds the explanation: text in both UIs (Prefect links its URLs)
+                _open(b, f"{ui.url}{base}/runs/task-run/{verdict}",
+                      "document.body.innerText.includes('Not passed: COUNT(*)')",
                       tmp_path / f"{ui_name}-task-run.png")
                 assert b.js(_SEEN % "body")["js"] == []
         took = time.monotonic() - started
