@@ -221,8 +221,8 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     table = compared[2].data
     lo, hi = expected.pass_diff_ci
     assert table.split("\n")[2].startswith("**Worse**: right (8 worse / 0 better rows; 95.0% → 55.0%")
-    assert (f"| right | worse | 8 / 0 | 95.0% → 55.0% | {expected.pass_diff:+.1%} [{lo:+.1%}, {hi:+.1%}] "
-            f"| {expected.mcnemar_p:.3g} | 20 |") in table  # the counts before the p-value
+    assert (f"| right | worse | 8 / 0 | 95.0% → 55.0% | {expected.pass_diff:+.1%} \\[{lo:+.1%}, "
+            f"{hi:+.1%}\\] | {expected.mcnemar_p:.3g} | 20 |") in table  # the counts before the p-value
     previous = f"([its flow run](/runs/flow-run/{second['flow_run_id']}))"
     assert previous in table  # the previous run, a link the UI opens
     assert not re.search(r"\[[^\]]*`[^\]]*\]\(", table)  # the UI shows backticks in links as they are

@@ -1,10 +1,13 @@
-"""How figures read in the Prefect UI's tables: rates, scores, markdown tables."""
+"""How figures read in the Prefect UI's tables: rates, scores, markdown tables (their
+cells and headers text, `markdown.cell`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
+
+from patronus_tasks.report.markdown import Markdown, cell, cut, fold
 
 #: Characters of one table cell (explanations, error messages) before the ellipsis.
 CELL_CHARS = 120
@@ -20,10 +23,17 @@ def num(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
+def _value(value: Any) -> Any:
+    return "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
+
 def _cell(value: Any, width: int = CELL_CHARS) -> str:
-    text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
-    text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return cell(_value(value), width)
+
+
+def _shown(value: Any, width: int = CELL_CHARS) -> str:
+    """What a cell shows of ``value``."""
+    return str(value) if isinstance(value, Markdown) else cut(fold(_value(value)), width)
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -31,7 +41,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return ["(no evaluations)"]
     head = list(rows[0])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
 
 
@@ -41,4 +51,4 @@ def table_chars(rows: list[dict[str, Any]]) -> int:
     window beside its side panels)."""
     if not rows:
         return 0
-    return sum(max(len(str(k)), *(len(_cell(r.get(k))) for r in rows)) + 3 for k in rows[0])
+    return sum(max(len(str(k)), *(len(_shown(r.get(k))) for r in rows)) + 3 for k in rows[0])

@@ -32,6 +32,7 @@ from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.report.cells import markdown_table, num, pct
+from patronus_tasks.report.markdown import Markdown, code, inert, label, link, plain, text
 from patronus_tasks.results import agreement as _agreement
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text
@@ -144,12 +145,11 @@ def shown_task_runs(df: pd.DataFrame) -> list[str]:
 
 
 def sid_cell(sid: str, step: str, link_index: int, ids: dict[str, str],
-             repeat: int | None = None) -> str:
+             repeat: int | None = None) -> Markdown:
     """A sample id (and its repeat), a link to its call's task run when the server holds it."""
     found = ids.get(_links.run_name(step, sid, link_index, repeat))
-    text = (str(sid) + ("" if repeat is None else f" (run {repeat})")).replace(
-        "[", "\\[").replace("]", "\\]")
-    return f"[{text}]({_links.task_run(found)})" if found else text
+    shown = str(sid) + ("" if repeat is None else f" (run {repeat})")
+    return link(shown, _links.task_run(found)) if found else Markdown(text(shown))
 
 
 def _failure_lines(df: pd.DataFrame, ids: dict[str, str]) -> list[str]:
@@ -183,9 +183,10 @@ def report_markdown(title: str, summary: Summary, df: pd.DataFrame, where: str,
     errors and failed evaluations (sample ids linking to their task runs: ``ids``)."""
     totals = (f"{summary.samples} rows · task errors {summary.task_errors} · evaluator errors "
               f"{summary.evaluator_errors} · skipped rows {summary.skipped_tasks}")
-    return "\n".join([f"# {title}", "", totals, "", *markdown_table(summary_rows(summary)),
+    return "\n".join([f"# {text(title)}", "", totals, "", *markdown_table(summary_rows(summary)),
                       *figures_markdown(summary), *calibration_markdown(experiment), "",
-                      f"Results: `{where}`", *_lists(experiment), *_failure_lines(df, ids or {})])
+                      f"Results: {code(where)}", *_lists(experiment),
+                      *_failure_lines(df, ids or {})])
 
 
 def calibration_markdown(experiment: Experiment | None) -> list[str]:
@@ -193,7 +194,8 @@ def calibration_markdown(experiment: Experiment | None) -> list[str]:
     found = _agreement.of_experiment(experiment) if experiment is not None else None
     if found is None:
         return []
-    lines = ["", "## Judge calibration", "", found.headline(), "", *markdown_table(found.confusion_rows())]
+    lines = ["", "## Judge calibration", "", text(found.headline()), "",
+             *markdown_table(found.confusion_rows())]
     if len(found.disagreements):
         lines += ["", "Rows where judge and human disagree:", "",
                   *markdown_table(found.disagreement_rows(FAILURES_SHOWN))]
@@ -214,9 +216,9 @@ def figures_markdown(summary: Summary) -> list[str]:
                   "A model with no known price adds its tokens, not a cost."]
     flips = [(s, s.repeats.flipping) for s in summary.evaluators if s.repeats and s.repeats.flipping]
     for s, sids in flips:
-        shown = ", ".join(f"`{x}`" for x in sids[:FAILURES_SHOWN])
+        shown = ", ".join(code(x) for x in sids[:FAILURES_SHOWN])
         more = f" (+{len(sids) - FAILURES_SHOWN} more)" if len(sids) > FAILURES_SHOWN else ""
-        lines += ["", f"**{s.evaluator}** flips between repeats on: {shown}{more}"]
+        lines += ["", f"**{text(s.evaluator)}** flips between repeats on: {shown}{more}"]
     return lines
 
 
@@ -230,10 +232,30 @@ def results_link(location: Path | Location) -> tuple[str, str]:
     return target, target
 
 
+def description(title: str, said: str) -> str:
+    """An artifact's description: its run and what it says (both UIs render it as
+    Markdown; the history of a key lists them)."""
+    return text(f"{title}: {said}")
+
+
 def results_description(title: str, series: str) -> str:
     """The results link's description: it names the whole series, which a shortened key
     may not tell apart from another (`series.previous_run` checks it)."""
-    return f"{title}: Parquet results (series {series})"
+    return f"{text(title)}: Parquet results (series {text(series)})"
+
+
+def table_artifact(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` as a table artifact's cells (`markdown.inert`; `read_table` reads them
+    back)."""
+    return [{k: inert(v) for k, v in r.items()} for r in rows]
+
+
+def read_table(data: Any) -> list[dict[str, Any]]:
+    """A table artifact's rows, as they were given to `table_artifact`."""
+    rows = json.loads(data) if isinstance(data, str) else data
+    if not isinstance(rows, list):
+        return []
+    return [{k: plain(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]
 
 
 @dataclass(frozen=True)
@@ -264,16 +286,17 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
                   location: Path | Location, target: Target,
                   experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
-    figures = f"{title}: {summary.headline()}"
+    figures = description(title, summary.headline())
     at = {"flow_run_id": target.flow_run_id}
-    await create(TableArtifact(table=summary_rows(summary), key=artifact_key(series, "summary"),
+    await create(TableArtifact(table=table_artifact(summary_rows(summary)),
+                               key=artifact_key(series, "summary"),
                                description=figures, **at), target.client)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
     await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "report"),
                                   description=figures, **at), target.client)
-    link, text = results_link(location)
-    await create(LinkArtifact(link=link, link_text=text, key=artifact_key(series, "results"),
+    url, shown = results_link(location)
+    await create(LinkArtifact(link=url, link_text=label(shown), key=artifact_key(series, "results"),
                               description=results_description(title, series), **at),
                  target.client)
 
@@ -283,7 +306,7 @@ async def publish_comparison(series: str, title: str, markdown: str, headline: s
     """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
     ``headline`` in its description, the history of the key)."""
     await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
-                                  description=f"{title}: {headline}",
+                                  description=description(title, headline),
                                   flow_run_id=target.flow_run_id), target.client)
 
 
@@ -302,16 +325,11 @@ async def publish_history(series: str, row: dict[str, Any], target: Target) -> l
     found = await target.client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
         sort=ArtifactSort.CREATED_DESC, limit=1)
-    earlier = _table(found[0].data) if found else []
+    earlier = read_table(found[0].data) if found else []
     rows = [row, *earlier][:HISTORY_ROWS]
     columns = list(dict.fromkeys(c for r in rows for c in r))
     table = [{c: r.get(c, "") for c in columns} for r in rows]
-    await create(TableArtifact(table=table, key=key, flow_run_id=target.flow_run_id,
-                               description=f"{series}: the last {len(rows)} runs, newest first"),
+    await create(TableArtifact(table=table_artifact(table), key=key, flow_run_id=target.flow_run_id,
+                               description=description(series, f"the last {len(rows)} runs, newest first")),
                  target.client)
     return table
-
-
-def _table(data: Any) -> list[dict[str, Any]]:
-    rows = json.loads(data) if isinstance(data, str) else data
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []

@@ -26,6 +26,7 @@ from patronus_tasks.prefect.ui.artifacts import (
     Target,
     artifact_key,
     create,
+    description,
     results_link,
 )
 from patronus_tasks.record.location import Location
@@ -33,6 +34,7 @@ from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run
 from patronus_tasks.report.cells import markdown_table
+from patronus_tasks.report.markdown import link, text
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
@@ -86,8 +88,8 @@ def links_line(experiment: Experiment, summary: Summary, report: Path | Location
     parts = [f"[{not_passed} verdicts did not pass]({_links.findings(experiment)})",
              f"[errors: {errors}]({_links.errors(experiment)})"]
     if report is not None:
-        target, text = results_link(report)
-        parts.append(f"HTML report: [{text}]({target})")
+        target, shown = results_link(report)
+        parts.append(f"HTML report: {link(shown, target)}")
     return " · ".join(parts)
 
 
@@ -95,7 +97,7 @@ def charts_markdown(title: str, experiment: Experiment, summary: Summary,
                     drawn: dict[str, bytes | None], history: list[dict[str, Any]],
                     report: Path | Location | None) -> str:
     """The ``-charts`` artifact: this run, against the previous one, the series."""
-    lines = [f"# {title}: charts", "", links_line(experiment, summary, report), ""]
+    lines = [f"# {text(title)}: charts", "", links_line(experiment, summary, report), ""]
     lines += picture(drawn["rates"], "pass rate per evaluator")
     lines += picture(drawn["scores"], "score distribution per evaluator")
     if drawn["comparison"] is not None:
@@ -114,7 +116,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
              else "", "passed": f"{s.passed}/{s.judged}" if s.pass_rate is not None
              else "", "mean score": f"{s.scores['mean']:.3g}" if "mean" in s.scores else "",
              "errors": s.errors} for s in summary.evaluators]
-    return "\n".join([f"# {title}", "", summary.headline(), "",
+    return "\n".join([f"# {text(title)}", "", text(summary.headline()), "",
                       f"[The experiment's flow run]({_links.flow_run(flow_run_id)}) · "
                       + links_line(experiment, summary, report), "", *markdown_table(rows), "",
                       *picture(rates, "pass rates")])
@@ -140,7 +142,8 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
                       timestamp=now, flow_run_id=parent) for line in said]
     if markdown is not None:
         await client.create_artifact(ArtifactCreate(
-            type="markdown", data=markdown, flow_run_id=parent, description=f"{title}: {note.message}"))
+            type="markdown", data=markdown, flow_run_id=parent,
+            description=description(title, note.message)))
     await add_tags(client, parent, note.tags)
     await client.create_logs(logs)
 
@@ -174,6 +177,6 @@ async def publish_charts(series: str, title: str, experiment: Experiment, summar
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None
     await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
-                                  description=f"{title}: {summary.headline()}",
+                                  description=description(title, summary.headline()),
                                   flow_run_id=target.flow_run_id), target.client)
     return parent_md

@@ -19,6 +19,7 @@ from prefect.client.schemas.sorting import ArtifactSort
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.report.cells import markdown_table, num, pct
+from patronus_tasks.report.markdown import code, link, text
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
@@ -47,7 +48,8 @@ LINKS_READ = 20
 
 def _of_series(artifact: ArtifactResponse, series: str) -> bool:
     said = re.search(r"\(series (.*)\)$", artifact.description or "")
-    return said is None or said.group(1) == series  # a link from before says no series
+    # A link from before says no series, or says it unescaped.
+    return said is None or said.group(1) in (text(series), series)
 
 
 async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None:
@@ -58,8 +60,9 @@ async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None
     mine = [a for a in found if _of_series(a, series)]
     if not mine:
         return None
-    link = re.search(r"\]\((.*)\)$", str(mine[0].data or ""))
-    target = link.group(1) if link else str(mine[0].data)
+    # The target after the last "](": the link's text may hold one.
+    written = re.search(r".*\]\((.*)\)$", str(mine[0].data or ""))
+    target = written.group(1) if written else str(mine[0].data)
     return PreviousRun(target, str(mine[0].flow_run_id) if mine[0].flow_run_id else None)
 
 
@@ -120,16 +123,16 @@ def comparison_markdown(title: str, comparison: Comparison | str, previous: Prev
     """The comparison: what got worse or better first, then the figures as tables, then the
     rows that got worse, per evaluator (sample ids linking to this run's task runs: ``ids``)."""
     rule = rule or Rule()
-    lines = [f"# {title} vs the previous run", ""]
+    lines = [f"# {text(title)} vs the previous run", ""]
     if isinstance(comparison, str):
-        return "\n".join([*lines, comparison])
+        return "\n".join([*lines, text(comparison)])
     assert previous is not None
     run = (f" ([its flow run]({_links.flow_run(previous.flow_run_id)}))"
            if previous.flow_run_id else "")
     paired = {"repeat": "sample id and repeat", "mean": "sample id (each row's mean over its "
               "repeats)"}.get(comparison.pairing, "sample id")
     lines += [*_verdict_lines(comparison, rule), "",
-              f"Previous run: **{comparison.a}**{run}, results `{previous.location}`. Rows paired "
+              f"Previous run: **{text(comparison.a)}**{run}, results {code(previous.location)}. Rows paired "
               f"by {paired}; only in the previous run: {comparison.only_in_a}, only in this one: "
               f"{comparison.only_in_b}.", ""]
     many = len({e.link_index for e in comparison.evaluators}) > 1
@@ -145,7 +148,7 @@ def comparison_markdown(title: str, comparison: Comparison | str, previous: Prev
     for e in comparison.evaluators:
         if e.regressed:
             more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""
-            lines += ["", f"**{e.evaluator}** got worse on: "
+            lines += ["", f"**{text(e.evaluator)}** got worse on: "
                       + ", ".join(_sid(s, e, ids or {}) for s in e.regressed[:ROWS_SHOWN]) + more]
     return "\n".join(lines)
 
@@ -156,26 +159,26 @@ def _verdict_lines(comparison: Comparison, rule: Rule) -> list[str]:
     for word in ("worse", "better"):
         moved = [e for e in comparison.evaluators if rule.movement(e) == word]
         if moved:
-            out.append(f"**{word.capitalize()}**: " + "; ".join(
-                said(e, rule).split(": ", 1)[1].join([f"{e.evaluator} (", ")"]) for e in moved))
+            out.append(f"**{word.capitalize()}**: " + text("; ".join(
+                said(e, rule).split(": ", 1)[1].join([f"{e.evaluator} (", ")"]) for e in moved)))
     if comparison.unjudged_b:  # said first: a judge down all night is no "Unchanged"
         out.insert(0, "**Not compared**: no verdict this run from "
-                   + ", ".join(comparison.unjudged_b)
+                   + text(", ".join(comparison.unjudged_b))
                    + " (every evaluation unscored: a judge that did not answer).")
     if comparison.unjudged_a:  # back after a night with no verdict: no "Unchanged" either
         out.append("**Not compared**: no verdict last run from "
-                   + ", ".join(comparison.unjudged_a) + " (back this run).")
+                   + text(", ".join(comparison.unjudged_a)) + " (back this run).")
     if comparison.only_evaluators_a or comparison.only_evaluators_b:
         out.append("**Not compared** (in one run only): previous "
-                   f"{', '.join(comparison.only_evaluators_a) or 'none'}; this run "
-                   f"{', '.join(comparison.only_evaluators_b) or 'none'}.")
+                   + text(", ".join(comparison.only_evaluators_a) or "none") + "; this run "
+                   + text(", ".join(comparison.only_evaluators_b) or "none") + ".")
     return out or ["**Unchanged**: no evaluator got worse or better."]
 
 
 def _sid(sid: str, e: EvaluatorComparison, ids: dict[str, str]) -> str:
     # Plain text: the UI's markdown shows backticks inside a link as they are.
     found = ids.get(_links.run_name(e.evaluator, sid, e.link_index))
-    return f"[{sid}]({_links.task_run(found)})" if found else sid
+    return link(sid, _links.task_run(found)) if found else text(sid)
 
 
 def headline(comparison: Comparison | str, rule: Rule | None = None) -> str:
