@@ -8,10 +8,6 @@ writes, the server's authentication, names and other input.
 
 from __future__ import annotations
 
-# ---------------------------------------------------------------------------------------
-# 1. The SQL sandbox: sql_result_match runs the model's query with no files, network,
-#    extensions or settings, one statement, within its timeout and result caps.
-# ---------------------------------------------------------------------------------------
 import hashlib
 import os
 import sqlite3
@@ -23,6 +19,11 @@ import pytest
 
 from patronus_tasks import DatasetError
 from patronus_tasks.evaluators import sql_result_match
+
+# ---------------------------------------------------------------------------------------
+# 1. The SQL sandbox: sql_result_match runs the model's query with no files, network,
+#    extensions or settings, one statement, within its timeout and result caps.
+# ---------------------------------------------------------------------------------------
 
 SHOP = ("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT, qty INTEGER);"
         "INSERT INTO orders VALUES (1, 'pen', 2), (2, 'desk', 1), (3, 'lamp', 4);")
