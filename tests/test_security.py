@@ -3,7 +3,7 @@ code that does not defend against it. The threat model is the README's "Security
 model output, datasets and names are untrusted input; the server asks who you are.
 
 Sections (each owned by one part of the defence): the SQL sandbox, Markdown this package
-writes, the server's authentication, names and other input.
+writes, the server's authentication, names and other input, the terminal.
 """
 
 from __future__ import annotations
@@ -1089,3 +1089,46 @@ def test_a_dataset_over_the_column_limit_is_refused_at_once(tmp_path) -> None:
 
 
 # (end of the names section)
+
+
+
+# ---------------------------------------------------------------------------------------
+# 5. A terminal shows untrusted text, never obeys it.
+# ---------------------------------------------------------------------------------------
+
+#: What a model's answer could make a terminal do: clear it, set its title, write the
+#: clipboard (OSC 52), hide a link (OSC 8), reorder what is read (a bidi override).
+CONTROLS = "\x1b[2J\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07\x1b]8;;http://127.0.0.1:9/x\x1b\\\u202e"
+
+
+def test_the_summary_and_the_cli_show_a_terminals_controls_as_text(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "hostile.py"
+    script.write_text(f"""
+from patronus_tasks import EvaluationResult, evaluator, run_experiment, task
+C = {CONTROLS!r}
+@task
+def answer(evaluated_model_input: str) -> str:
+    return "out" + C
+@evaluator
+def judge(evaluated_model_input: str) -> EvaluationResult:
+    if evaluated_model_input == "x":
+        raise ValueError("boom" + C)
+    return EvaluationResult(pass_=False, score_raw=0.0, explanation="said" + C)
+run_experiment("p", data=[{{"sid": "a", "evaluated_model_input": "q"}},
+                          {{"sid": "b[link=http://127.0.0.1:9]b", "evaluated_model_input": "x"}}],
+               task=answer, evaluators=[judge], backend="local", html_report=False,
+               experiment_name="e[bold]x", results_dir={str(tmp_path / "r")!r})
+""")
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    cli = str(Path(sys.executable).with_name("patronus-tasks"))
+    shown = subprocess.run([cli, "show", "e[bold]x", "--failures", "--results-dir", str(tmp_path / "r")],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    for out in (ran.stdout, shown.stdout):
+        assert "\\x1b]52;c;" in out  # said, as text
+        assert not any(c in out for c in "\x1b\x07\u202e"), out
+    assert "said\\x1b[2J" in shown.stdout and "e[bold]x" in shown.stdout

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, load, load_two, say, usage
+from patronus_tasks.cli.common import EXIT_GATE, ExperimentArg, ResultsDir, echo, load, load_two, say, usage
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.procs import alive
 from patronus_tasks.record.location import redact, scrub
@@ -68,12 +68,12 @@ def list_(results_dir: ResultsDir = None) -> None:
         raise usage(f"results_dir {redact(str(where))} cannot be listed: "
                     f"{scrub(str(exc), str(where))}") from None
     if not runs and not unreadable:
-        typer.echo(f"no experiments under {redact(str(where))}" + (
+        echo(f"no experiments under {redact(str(where))}" + (
             "" if "://" in str(where) or Path(where).is_dir() else " (no such folder)"))
         return
     for e in runs:
         m = e.manifest
-        typer.echo(f"{e.project}/{_listed(e)}  {_local_time(m.started_at)}  {_status(m)}  "
+        echo(f"{e.project}/{_listed(e)}  {_local_time(m.started_at)}  {_status(m)}  "
                    f"{_figures(e)}")
     for e, why in unreadable:  # one damaged run hides no other
         say("unreadable", f"{e.location.parent.name}/{e.location.name}: {why}")
@@ -107,12 +107,12 @@ def show(experiment: ExperimentArg, failures: Annotated[bool, typer.Option(
          results_dir: ResultsDir = None) -> None:
     """An experiment's summary."""
     e = load(experiment, results_dir)
-    typer.echo(e.format_summary())
+    echo(e.format_summary())
     if failures:
         lines = _failure_lines(e)
-        typer.echo(f"\nFailures ({len(lines)}):" if lines else "\nNo failures.")
+        echo(f"\nFailures ({len(lines)}):" if lines else "\nNo failures.")
         for line in lines:
-            typer.echo(line)
+            echo(line)
 
 
 def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's name, run folder or path.")],
@@ -143,9 +143,9 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
         raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
     # Which runs first, then what got worse or better, counts before p-values; the figures.
     header, _, figures = result.format().partition("\n")
-    typer.echo(header)
-    typer.echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
-    typer.echo(figures)
+    echo(header)
+    echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
+    echo(figures)
     failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
     for message in failing:
         say("gate failed", message)
@@ -201,4 +201,4 @@ def report(experiment: ExperimentArg,
         where = write_report(e, baseline, output)  # default: report-vs-<B>.html with B
     except OSError as exc:
         raise usage(f"could not write the report: {exc}") from None
-    typer.echo(str(where))
+    echo(str(where))

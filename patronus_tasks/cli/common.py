@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from patronus_tasks.console import printable
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.store import load_experiment, load_pair
@@ -27,8 +28,13 @@ ExperimentArg = Annotated[str, typer.Argument(
 
 
 def say(label: str, message: str) -> None:
-    # Messages hold "[link 0]" and user text: never rich markup.
-    err.print(f"{label}: {message}", style="red", markup=False, highlight=False)
+    # Messages hold "[link 0]" and user text: never rich markup, nor a terminal's controls.
+    err.print(printable(f"{label}: {message}"), style="red", markup=False, highlight=False)
+
+
+def echo(text: str) -> None:
+    """A line of output that may hold untrusted text (names, outputs, explanations)."""
+    typer.echo(printable(text))
 
 
 def usage(message: str) -> typer.Exit:

@@ -14,9 +14,11 @@ from types import ModuleType
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from patronus_tasks.cli.common import EXIT_GATE, EXIT_OK, ResultsDir, err, say, usage
+from patronus_tasks.console import printable
 from patronus_tasks.exceptions import ConfigError, QualityGateError
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.gates import failed_gates, failed_metric_gates, parse_thresholds
@@ -148,7 +150,7 @@ def _progress_bar() -> Iterator[list[Experiment]]:
                   TimeElapsedColumn(), console=err, transient=False) as progress:
         def on_row(spec: RunFacts, done: int) -> None:
             if spec.experiment_id not in bars:
-                bars[spec.experiment_id] = progress.add_task(spec.experiment_name,
+                bars[spec.experiment_id] = progress.add_task(escape(printable(spec.experiment_name)),
                                                              total=len(spec.dataset))
             progress.update(bars[spec.experiment_id], completed=done)
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TextIO
 
+from patronus_tasks.console import printable
+
 #: A line saying the same as the last one is said again after this long.
 _REPEAT_SECONDS = 20.0
 _PROGRESS_SECONDS = 5.0
@@ -191,9 +193,9 @@ def console_print(text: str, stream: TextIO) -> None:
     """``text`` on ``stream``, never failing the run: a worker that died leaves its flow
     run writing to a closed pipe, and a completed night ended Crashed on the summary's
     BrokenPipeError. The stream is then swapped for /dev/null (Python flushes it at exit,
-    failing again with exit status 120)."""
+    failing again with exit status 120). Control characters are shown escaped (`printable`)."""
     try:
-        print(text, file=stream, flush=True)
+        print(printable(text), file=stream, flush=True)
     except (OSError, ValueError) as exc:
         if isinstance(exc, ValueError) and not stream.closed:
             raise  # a text the stream cannot encode is not a gone reader
