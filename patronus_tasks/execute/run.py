@@ -115,7 +115,8 @@ def _stream(spec: ExperimentSpec, tally: RunTotals) -> RecordStream:
     """The run's recorders: the totals, the results, and who watches the rows end (the
     progress and observers, when any; the reporters)."""
     order = _parquet.RowOrder([str(s) for s in spec.dataset.df["sid"]], spec.chain_order())
-    sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df, order=order)
+    columns = _parquet.dataset_schema(spec.dataset.df, spec.dataset.declared)
+    sink = _parquet.ParquetSink(spec.out_dir, columns=columns, order=order)
     progress = observers.Progress(spec, tally, spec.on_progress, spec.runs)
     watchers: list[Recorder] = [progress] if progress.wanted else []
     return RecordStream(tally, sink, [*watchers, *spec.reporters])

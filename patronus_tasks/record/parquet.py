@@ -7,8 +7,9 @@ batch is full it is written as a numbered Parquet part (written whole, see
 `Location.atomic_output`) and its journal removed; a journal whose part exists is
 ignored, so nothing is read twice. `finalize` merges the parts into ``results.parquet``
 (again written whole), in the dataset's order of rows, not the order they finished in
-(`RowOrder`: Arrow columns in memory, sorted by index), and removes them. Where the
-files live, a local folder or an object-store prefix, is the `Location`'s.
+(`RowOrder`: Arrow columns in memory, sorted by index), and removes them. Each column
+has one type whatever the data (the dataset's: `columns`). Where the files live, a
+local folder or an object-store prefix, is the `Location`'s.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import pyarrow.parquet as pq
 
 from patronus_tasks.define.names import safe_name
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record.columns import dataset_schema
 from patronus_tasks.record.location import Location
-from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record, dataset_column_name
+from patronus_tasks.record.records import COLUMNS, FIXED_SCHEMA, Record
 from patronus_tasks.record.spans_file import write_spans
 
 if TYPE_CHECKING:
@@ -65,23 +67,9 @@ def _text(value: Any) -> Any:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def dataset_schema(df: pd.DataFrame) -> tuple[pa.Schema, frozenset[str]]:
-    """The Arrow fields of the dataset's columns, and which of them are stored as text.
-
-    A column Arrow cannot type (mixed types, say) is stored as JSON text instead.
-    """
-    fields, text = [], set()
-    for column in df.columns:
-        if column == "sid":
-            continue
-        name = dataset_column_name(str(column))
-        try:
-            typ = pa.Schema.from_pandas(df[[column]], preserve_index=False).field(0).type
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            typ = pa.string()
-            text.add(name)
-        fields.append(pa.field(name, typ))
-    return pa.schema(fields), frozenset(text)
+def _whole(value: Any) -> Any:
+    """A whole number pandas gave as a float (a column of ints with a gap), as the int."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 @dataclass(frozen=True)
@@ -127,6 +115,7 @@ class ParquetSink:
         self.order = order
         assert df is not None or columns is not None
         extra, self._text_columns = columns if columns is not None else dataset_schema(df)
+        self._int_columns = frozenset(f.name for f in extra if pa.types.is_integer(f.type))
         self.schema = pa.unify_schemas([FIXED_SCHEMA, extra])
         self.out_dir = Location.of(out_dir)
         self.parts = self.out_dir / PARTS_DIR
@@ -162,6 +151,8 @@ class ParquetSink:
         for row in rows:
             for column in self._text_columns.intersection(row):
                 row[column] = _text(row[column])
+            for column in self._int_columns.intersection(row):
+                row[column] = _whole(row[column])
         if self._journal is None:
             self._journal = _Journal(self.parts / f"{self._part_name()}.journal",
                                      _schema_line(self.schema))

@@ -14,7 +14,7 @@ from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
 from patronus_tasks.record.manifest_file import ManifestFile, read_manifest
-from patronus_tasks.record.spans_file import SPANS_FILE, spans_table
+from patronus_tasks.record.spans_file import SPANS_FILE, read_spans, spans_table
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
 
 
@@ -107,12 +107,14 @@ class Experiment:
 
     def spans(self) -> pd.DataFrame:
         """Every span of the experiment, one row each (``spans.parquet``): where it ran
-        (``sample_id``, ``repeat``, ``link_index``, ``step``), ``span_id``, ``parent_id``,
-        ``name``, ``kind``, ``start``, ``end``, ``arguments``, ``output``, ``error``, the model's
-        ``input_tokens``/``output_tokens`` and ``cost``, ``attributes`` as JSON."""
+        (``sid``, ``repeat``, ``link_index``, ``step``), ``span_id``, ``parent_id``,
+        ``name``, ``kind``, ``started_at``, ``ended_at`` (seconds since the epoch, as the
+        results' times), ``arguments``, ``output``, ``error``, the model's
+        ``input_tokens``/``output_tokens`` and ``cost``, ``attributes`` as JSON. A file
+        written before these names (``sample_id``, ``start``, ``end``) is read as them."""
         final = self.location / SPANS_FILE
         if final.exists():
-            return final.read_table().to_pandas()
+            return read_spans(final).to_pandas()
         return spans_table(_parquet.read_results(self.location)).to_pandas()  # not finished
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
