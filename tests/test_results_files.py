@@ -193,6 +193,50 @@ def test_journal_recovers_types_json_cannot_keep(tmp_path: Path) -> None:
     assert [r["blob"] for r in back] == [b"\x00\x01", b"\xff"] and [r["n"] for r in back] == [1, 2]
 
 
+def test_the_merge_writes_the_dataset_order_a_window_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records end out of order across many parts (a row's records apart, a row ending
+    last, a sid the dataset lacks); the file has them in the dataset's order, written in
+    windows of a few records, and each task's spans once."""
+    import random
+
+    from patronus_tasks.record import merge
+    from patronus_tasks.record.parquet import ParquetSink, RowOrder
+    from patronus_tasks.record.records import Record
+    from patronus_tasks.trace.spans import SpanData, dump_spans
+
+    monkeypatch.setattr(merge, "FIRST_WINDOW_ROWS", 5)
+    monkeypatch.setattr(merge, "WINDOW_ROWS", 7)
+    monkeypatch.setattr(merge, "MIN_WINDOW_ROWS", 1)
+    sids = [str(i) for i in range(1, 61)]
+    order = RowOrder(sids, [(0, "b"), (0, "a")])
+    sink = ParquetSink(tmp_path, pd.DataFrame({"sid": sids, "n": range(60)}), batch_rows=4,
+                       flush_seconds=3600, order=order)
+    ended = sids[1:]
+    random.Random(4).shuffle(ended)
+
+    def record(sid: str, name: str) -> Record:
+        spans = dump_spans([SpanData(f"{sid}-{name}", None, "lookup", "tool", 1.0, 2.0)])
+        return Record(sid=sid, link_index=0, task_name="t", evaluator_name=name, row={"n": 0},
+                      task_spans=spans)
+
+    for sid in [*ended, "1"]:
+        sink.add([record(sid, "a")])
+        sink.add([record(sid, "b")])  # a record of its own: its own part, at times
+    for sid, name in (("zz", "a"), ("zy", "a"), ("zz", "b")):  # sids the dataset lacks
+        sink.add([record(sid, name)])
+    final = sink.finalize({"project": "p"}, order)
+    assert len(list((tmp_path / "parts").glob("*"))) == 0
+    file = pq.ParquetFile(final.local)
+    assert file.num_row_groups >= 123 // 7
+    table = file.read()
+    assert table["sid"].to_pylist() == [*[s for s in sids for _ in "ab"], "zy", "zz", "zz"]
+    assert table["evaluator_name"].to_pylist() == [*["b", "a"] * 60, "a", "b", "a"]
+    spans = pq.read_table(tmp_path / "spans.parquet")
+    # The task's, once a row (from its first record), whichever window its records are in.
+    assert spans["span_id"].to_pylist() == [*[f"{s}-b" for s in sids], "zy-a", "zz-b"]
+
+
 def test_writers_checking_one_folder_at_once_do_not_trip_each_other(tmp_path: Path) -> None:
     """Dask workers start their batches together: each checks the parts folder is
     writable, and one's check must not delete the other's probe (CI caught it once)."""

@@ -153,13 +153,13 @@ def _with_figures(spec: ExperimentSpec, manifest: Manifest, tally: RunTotals) ->
     """The manifest with what the results file says of the whole run: calls, tokens and
     cost per step and model, the dataset-level metrics (user code: each one's failure is
     its own value's error, never the run's)."""
-    usage = usage_totals(_parquet.read_results(
+    usage = usage_totals(_parquet.read_frame(
         spec.out_dir, ["sid", "repeat", "link_index", "task_name", "evaluator_name",
-                       *USAGE_COLUMNS]).to_pandas())
+                       *USAGE_COLUMNS]))
     update: dict[str, Any] = {"usage": usage or None, "cost_usd": total_cost(usage),
                               "calls": tally.calls - tally.cached, "cached_calls": tally.cached}
     if spec.metrics:
-        df = _parquet.read_results(spec.out_dir).to_pandas()
+        df = _parquet.read_frame(spec.out_dir)
         update["metrics"] = evaluate_metrics(spec.metrics, df)
     return manifest.model_copy(update=update)
 

@@ -1,8 +1,8 @@
 """``spans.parquet``: every span of an experiment, one row each, beside ``results.parquet``.
 
-Made from the results' ``task_spans``/``evaluation_spans`` columns when the results file
-is written (so whatever carried the records, a journal, a Dask worker's part, a resumed
-run, carried the spans too). A task's spans are on each record
+Made from the results' ``task_spans``/``evaluation_spans`` columns once the results file
+is written, a row group at a time (so whatever carried the records, a journal, a Dask
+worker's part, a resumed run, carried the spans too). A task's spans are on each record
 of its link (one per evaluator): they are written once. Read back by `Experiment.spans`;
 DuckDB reads the file as it is, and beside the results: where a span ran is said as the
 results say a record's (``sid``, ``repeat``, ``link_index``), and its times as theirs
@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from patronus_tasks.record.location import Location
 from patronus_tasks.trace.spans import SpanData, load_spans
@@ -49,29 +50,49 @@ def _row(where: dict[str, Any], step: str | None, step_kind: str, s: SpanData) -
             "attributes": json.dumps(s.attributes, default=str) if s.attributes else None}
 
 
-def span_rows(results: pa.Table) -> Iterator[dict[str, Any]]:
+class _Once:
+    """Which runs of a link had their task's spans written. A sid's records are together
+    in the file (see `merge.RowOrder`) and in a part: only the current sid's are kept."""
+
+    def __init__(self) -> None:
+        self.sid: Any = None
+        self.done: set[tuple[Any, Any]] = set()
+
+    def first(self, where: dict[str, Any]) -> bool:
+        if where["sid"] != self.sid:
+            self.sid, self.done = where["sid"], set()
+        key = (where["repeat"], where["link_index"])
+        fresh = key not in self.done
+        self.done.add(key)
+        return fresh
+
+
+def span_rows(results: pa.Table, once: _Once | None = None) -> Iterator[dict[str, Any]]:
     """The rows of ``spans.parquet`` from the records in ``results``."""
     if "task_spans" not in results.column_names:
         return
-    seen: set[tuple[Any, ...]] = set()
+    once = once or _Once()
     for where in results.select(_WHERE).to_pylist():
-        key = (where["sid"], where["repeat"], where["link_index"])
-        if where["task_spans"] and key not in seen:
-            seen.add(key)
+        if where["task_spans"] and once.first(where):
             for s in load_spans(where["task_spans"]) or ():
                 yield _row(where, where["task_name"], "task", s)
         for s in load_spans(where["evaluation_spans"]) or ():
             yield _row(where, where["evaluator_name"], "evaluator", s)
 
 
-def spans_table(results: pa.Table) -> pa.Table:
-    return pa.Table.from_pylist(list(span_rows(results)), schema=SPAN_SCHEMA)
+def spans_table(results: pa.Table, once: _Once | None = None) -> pa.Table:
+    return pa.Table.from_pylist(list(span_rows(results, once)), schema=SPAN_SCHEMA)
 
 
-def write_spans(out_dir: Location, results: pa.Table) -> Location:
-    """Write ``spans.parquet`` (empty when no call opened a span) beside the results."""
-    final = out_dir / SPANS_FILE
-    final.write_table(spans_table(results))
+def write_spans(out_dir: Location, results: Location) -> Location:
+    """Write ``spans.parquet`` (empty when no call opened a span) beside the results file
+    ``results``, read a row group at a time."""
+    final, once = out_dir / SPANS_FILE, _Once()
+    with final.atomic_output() as out, pq.ParquetWriter(out, SPAN_SCHEMA) as writer:
+        for group in results.row_groups(_WHERE):
+            table = spans_table(group, once)
+            if len(table):
+                writer.write_table(table)
     return final
 
 

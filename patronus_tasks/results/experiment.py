@@ -16,6 +16,7 @@ from patronus_tasks.record.manifest import Manifest, MetricValue
 from patronus_tasks.record.manifest_file import ManifestFile, read_manifest
 from patronus_tasks.record.spans_file import SPANS_FILE, read_spans, spans_table
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
+from patronus_tasks.results.usage import USAGE_COLUMNS
 
 
 class Recorded(Protocol):
@@ -103,7 +104,7 @@ class Experiment:
 
     def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The records (``columns``: only these), as a DataFrame."""
-        return _parquet.read_results(self.location, list(columns) if columns else None).to_pandas()
+        return _parquet.read_frame(self.location, list(columns) if columns else None)
 
     def spans(self) -> pd.DataFrame:
         """Every span of the experiment, one row each (``spans.parquet``): where it ran
@@ -128,11 +129,17 @@ class Experiment:
 
     def summary(self, df: pd.DataFrame | None = None) -> Summary:
         """Per (link, evaluator) statistics of the records (``df``: already read records)."""
-        links = self._known.links if self._known is not None else []
+        known = self._known
+        links = known.links if known is not None else []
         order = [(i, e.name) for i, lk in enumerate(links) for e in lk.evaluators]
+        # A finished run's manifest has its usage, counted from this very file: not
+        # counted again (150 MB more at a million records), nor its columns read.
+        usage = known.usage if known is not None and known.status == "completed" else None
+        wanted = [c for c in SUMMARY_COLUMNS if usage is None or c not in USAGE_COLUMNS]
         # Only what the summary reads: the dataset's columns can be most of the records.
-        records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
-        return summarize(records, order, location=self._where(), metrics=self.metrics)
+        records = self.to_dataframe(wanted) if df is None else df
+        return summarize(records, order, location=self._where(), metrics=self.metrics,
+                         usage=usage)
 
     def _where(self) -> str:
         """The results file; for a run not finished (interrupted, or running), its folder:
