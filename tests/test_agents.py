@@ -116,16 +116,16 @@ def test_an_agent_on_a_real_chat_server_and_each_failure_on_its_row(results_dir:
     assert rows.loc["raise", "task_output"] == "Done: error: LookupError: no such city"
 
     spans = ex.spans()
-    tools = spans[spans.kind == "tool"].set_index("sample_id")
+    tools = spans[spans.kind == "tool"].set_index("sid")
     assert tools.loc["unknown", "name"] == "teleport"
     assert tools.loc["unknown", "error"].startswith("ToolError: no tool named 'teleport'")
     assert sorted(tools.loc["malformed", "error"].str.split(":").str[1]) == [
         " arguments of 'weather' are not valid JSON (Expecting ',' delimiter)",
         " arguments of 'weather' do not fit its schema"]
-    loop = spans[spans.sample_id == "loop"]
+    loop = spans[spans.sid == "loop"]
     assert (loop.kind == "llm").sum() == 3 and (loop.kind == "tool").sum() == 3  # kept though it failed
     assert loop[loop.kind == "agent"]["error"].iloc[0].startswith("BudgetExceeded")
-    llm = spans[(spans.kind == "llm") & (spans.sample_id == "ok")]
+    llm = spans[(spans.kind == "llm") & (spans.sid == "ok")]
     assert llm["model"].tolist() == ["tool-model", "tool-model"] and llm["input_tokens"].notna().all()
     # the conversation went to the model as given, the system prompt first
     sent = [r.body["messages"] for r in server.requests

@@ -44,7 +44,7 @@ def _run(backend: str, results_dir: Path, **options: Any) -> Any:
 def _spans(exp: Any) -> list[tuple[Any, ...]]:
     """Where each span ran and what it was (ids and times differ from run to run)."""
     df = exp.spans()
-    return sorted(zip(df.sample_id, df.link_index, df.step, df.name, df.kind, df.output,
+    return sorted(zip(df.sid, df.link_index, df.step, df.name, df.kind, df.output,
                       df.attributes, strict=True))
 
 

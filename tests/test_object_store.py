@@ -108,6 +108,15 @@ def test_experiment_on_s3_reads_back_everywhere(s3: str) -> None:
     again = run_experiment("s3 project", data=DATA, task=echo, evaluators=[is_echo],
                            experiment_name="first", backend="local", results_dir=url, print_summary=False)
     assert str(again.path).startswith(f"s3://{BUCKET}/{prefix}/s3_project-ec8c5516/first-2?")
+    # The two runs, a series: one dataset of the objects; their spans say where as they do.
+    import pyarrow.dataset as ds
+
+    both = [f"{BUCKET}/{prefix}/s3_project-ec8c5516/{name}/results.parquet" for name in ("first", "first-2")]
+    assert ds.dataset(both, filesystem=fs).to_table().num_rows == 24
+    spans = pq.read_schema(f"{BUCKET}/{prefix}/s3_project-ec8c5516/first/spans.parquet", filesystem=fs)
+    assert spans.names[:3] == ["sid", "repeat", "link_index"]
+    assert spans.field("started_at").type == pq.read_schema(both[0], filesystem=fs).field(
+        "task_started_at").type
 
 
 def test_cli_takes_a_results_url(s3: str) -> None:

@@ -79,7 +79,7 @@ data = [{"sid": f"r{i}", "evaluated_model_input": "Weather in Paris?"} for i in 
 ex = run_experiment("otel", data=data,
                     task=answer, evaluators=[sunny], backend="local", results_dir=sys.argv[1],
                     experiment_name="traced", print_summary=False, html_report=False)
-print(json.dumps({"spans": ex.spans().drop(columns=["start", "end"]).to_dict("records"),
+print(json.dumps({"spans": ex.spans().drop(columns=["started_at", "ended_at"]).to_dict("records"),
                   "reports": ex.manifest.reports}, default=str))
 '''
 

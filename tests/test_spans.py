@@ -59,7 +59,7 @@ def test_spans_nest_across_threads_and_gather_and_land_in_spans_parquet(results_
     df = ex.to_dataframe()
     assert df["pass"].tolist() == [True, True]  # the evaluator read the task's spans
     spans = ex.spans()
-    a = spans[spans["sample_id"] == "a"].set_index("name", drop=False)
+    a = spans[spans["sid"] == "a"].set_index("name", drop=False)
     assert sorted(a["name"]) == ["fetch_doc", "fetch_doc", "plan", "search"]
     plan = a.loc["plan"]
     assert plan["kind"] == "agent" and pd.isna(plan["parent_id"]) and plan["step"] == "agent"
@@ -69,10 +69,34 @@ def test_spans_nest_across_threads_and_gather_and_land_in_spans_parquet(results_
     assert set(a.loc["fetch_doc", "parent_id"]) == {plan["span_id"]}
     # as given (the SDK's @traced too): the default `limit` nobody passed is left out
     assert json.loads(a.loc["search", "arguments"]) == {"query": "alpha"}
-    assert (a["end"] >= a["start"]).all() and a["error"].isna().all()
+    assert (a["ended_at"] >= a["started_at"]).all() and a["error"].isna().all()
     # the same rows in DuckDB, as a user queries the file
     path = str(ex.location.local / "spans.parquet")
     assert duckdb.sql(f"select count(*) from '{path}' where kind = 'retrieval'").fetchall() == [(4,)]
+    _an_earlier_releases_file_reads_as_todays(ex, spans)
+
+
+def _an_earlier_releases_file_reads_as_todays(ex: Any, spans: pd.DataFrame) -> None:
+    """spans.parquet as releases before wrote it (``sample_id``; ``start`` and ``end`` as
+    timestamps) reads with today's names and types."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = ex.location.local / "spans.parquet"
+    table = pq.read_table(path)
+    old = {"sid": "sample_id", "started_at": "start", "ended_at": "end"}
+    for new, name in old.items():
+        column = table[new]
+        if new != "sid":
+            column = pc.cast(pc.round(pc.multiply(column, 1e6)), pa.int64()).cast(
+                pa.timestamp("us", tz="UTC"))
+        table = table.set_column(table.column_names.index(new), name, column)
+    pq.write_table(table, path)
+    again = ex.spans()
+    assert list(again.columns) == list(spans.columns) and again["sid"].tolist() == spans["sid"].tolist()
+    assert again["started_at"].dtype == "float64"
+    assert ((again["started_at"] - spans["started_at"]).abs() < 1e-5).all()
 
 
 class Forecasts:
@@ -115,7 +139,7 @@ def test_a_tool_in_a_class_or_a_factory_is_named_as_the_model_calls_it(results_d
 
     ex = _run(results_dir, direct, [tool_calls_match(EXPECTED_CALLS)])
     assert ex.to_dataframe()["pass"].tolist() == [True, True]
-    spans = ex.spans().query("sample_id == 'a'").set_index("name")
+    spans = ex.spans().query("sid == 'a'").set_index("name")
     assert sorted(spans.index) == ["Forecasts.plan", "convert", "get_weather"]
     assert json.loads(spans.loc["get_weather", "arguments"]) == {"city": "Paris"}  # no self
     assert json.loads(spans.loc["get_weather", "attributes"]) == {"source": "met-office"}
@@ -143,11 +167,11 @@ def test_errors_caps_and_a_span_left_open_by_a_crash(results_dir: Path) -> None:
     df = ex.to_dataframe().set_index("sid")
     assert df.loc["a", "status"] == "error" and df.loc["b", "status"] == "ok"
     spans = ex.spans()
-    a = spans[spans["sample_id"] == "a"].set_index("name")
+    a = spans[spans["sid"] == "a"].set_index("name")
     assert a.loc["lookup", "error"] == "KeyError: 'alpha'"
     assert a.loc["left-open", "error"].startswith("left open")
     assert len(a.loc["big", "output"]) == MAX_VALUE_CHARS + 3
-    b = spans[spans["sample_id"] == "b"].set_index("name")
+    b = spans[spans["sid"] == "b"].set_index("name")
     assert b.loc["left-open", "error"].startswith("left open")  # closed at the call's end
 
 
@@ -167,7 +191,7 @@ def test_a_timed_out_call_keeps_its_spans_closed_as_failed(results_dir: Path) ->
 def test_each_repeat_keeps_its_own_spans(results_dir: Path) -> None:
     ex = _run(results_dir, agent, repeats=2)
     spans = ex.spans()
-    assert sorted(spans.groupby(["sample_id", "repeat"]).size().items()) == [
+    assert sorted(spans.groupby(["sid", "repeat"]).size().items()) == [
         (("a", 1), 4), (("a", 2), 4), (("b", 1), 4), (("b", 2), 4)]
     assert spans["span_id"].is_unique
 
@@ -195,9 +219,9 @@ def test_a_cached_call_keeps_the_spans_it_recorded(results_dir: Path) -> None:
     assert again.to_dataframe()["task_cached"].tolist() == [True] * 4
     s1, s2 = first.spans(), again.spans()
     # what they recorded, as this run's spans: new ids, this run's times, marked cached
-    same = ["sample_id", "name", "kind", "model", "input_tokens", "output_tokens", "output"]
+    same = ["sid", "name", "kind", "model", "input_tokens", "output_tokens", "output"]
     assert s2[same].to_dict("records") == s1[same].to_dict("records")
-    assert not set(s2["span_id"]) & set(s1["span_id"]) and (s2["start"] > s1["end"].max()).all()
+    assert not set(s2["span_id"]) & set(s1["span_id"]) and (s2["started_at"] > s1["ended_at"].max()).all()
     assert [json.loads(a) for a in s2["attributes"]] == [{"cached": True}] * 2
     # priced at the experiment's prices: 1000 in, 100 out at gpt-4o-mini's
     assert s1["cost"].tolist() == pytest.approx([0.00021, 0.00021])
@@ -323,7 +347,7 @@ def test_retries_odd_attributes_and_mistyped_fields_never_cost_the_row(results_d
     assert ex.to_dataframe()["status"].tolist() == ["ok", "ok"]
     assert seen == [1, 1]  # the evaluators judge the last attempt
     spans = ex.spans()
-    attrs = [json.loads(a) for a in spans[spans.sample_id == "a"]["attributes"]]
+    attrs = [json.loads(a) for a in spans[spans.sid == "a"]["attributes"]]
     assert attrs == [{"by_id": {"1": "x"}, "huge": str(2**70), "input_tokens": 12.5,
                       "failed_attempt": 1},
                      {"by_id": {"1": "x"}, "huge": str(2**70), "input_tokens": 12.5}]

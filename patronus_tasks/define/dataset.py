@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union, cast
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import pandas as pd
 
@@ -22,6 +22,9 @@ from patronus_tasks.define.wide import (
 )
 from patronus_tasks.exceptions import DatasetError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 DataInput = Union["Dataset", "DatasetLoader", pd.DataFrame, Sequence[Mapping[str, Any]], str, Path]
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -34,10 +37,13 @@ class Dataset:
     """
 
     def __init__(self, df: pd.DataFrame, source: str | None = None,
-                 dataset_id: str | None = None) -> None:
+                 dataset_id: str | None = None, declared: pa.Schema | None = None) -> None:
         self.source = source
         self.dataset_id = dataset_id  # a Patronus dataset's id (`Client.remote_dataset`)
         check_width(len(df.columns), _where(source))
+        #: The column types its file declares (a Parquet file's schema), which the results
+        #: keep whatever a run's rows hold (pandas reads ints with a gap as floats).
+        self.declared = declared
         self.df = _with_sid(df, source)
         self._hash: str | None = None
 
@@ -133,7 +139,7 @@ def _with_sid(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
     return df.assign(sid=sids.astype(object))
 
 
-def _rename(df: pd.DataFrame, mapping: Mapping[str, str | None], source: str) -> pd.DataFrame:
+def _renames(df: pd.DataFrame, mapping: Mapping[str, str | None], source: str) -> dict[str, str]:
     renames = {}
     for target, column in mapping.items():
         if column is None or column == target:
@@ -144,7 +150,7 @@ def _rename(df: pd.DataFrame, mapping: Mapping[str, str | None], source: str) ->
                 f"Columns are: {', '.join(map(str, df.columns))}."
             )
         renames[column] = target
-    return df.rename(columns=renames)
+    return renames
 
 
 def _field_mapping(sid_field: str | None, fields: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -205,10 +211,21 @@ def _load_file(path: str | Path, fmt: str | None, sid_field: str | None, fields:
     checked, fmt = _check_path(path, fmt)
     mapping = _field_mapping(sid_field, fields)
     texts = [mapping.get(name) or name for name in ROW_FIELDS]
-    df = _rename(_read_file(checked, fmt, texts, **kwargs), mapping, str(checked))
+    df = _read_file(checked, fmt, texts, **kwargs)
+    renames = _renames(df, mapping, str(checked))
+    df = df.rename(columns=renames)
     if fmt == "csv" and _CONTEXT in df.columns:
         df[_CONTEXT] = df[_CONTEXT].map(_json_list)
-    return Dataset(df, source=str(checked))
+    declared = _parquet_schema(checked, renames) if fmt == "parquet" else None
+    return Dataset(df, source=str(checked), declared=declared)
+
+
+def _parquet_schema(path: Path, renames: Mapping[str, str]) -> pa.Schema:
+    """The Parquet file's column types, by the names the dataset gives its columns."""
+    import pyarrow as pa  # here: only Parquet datasets need it at load
+    import pyarrow.parquet as pq
+
+    return pa.schema([f.with_name(renames.get(f.name, f.name)) for f in pq.read_schema(path)])
 
 
 _CONTEXT = "evaluated_model_retrieved_context"

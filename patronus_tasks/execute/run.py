@@ -115,7 +115,8 @@ def _stream(spec: ExperimentSpec, tally: RunTotals) -> RecordStream:
     """The run's recorders: the totals, the results, and who watches the rows end (the
     progress and observers, when any; the reporters)."""
     order = _parquet.RowOrder([str(s) for s in spec.dataset.df["sid"]], spec.chain_order())
-    sink = _parquet.ParquetSink(spec.out_dir, spec.dataset.df, order=order)
+    columns = _parquet.dataset_schema(spec.dataset.df, spec.dataset.declared)
+    sink = _parquet.ParquetSink(spec.out_dir, columns=columns, order=order)
     progress = observers.Progress(spec, tally, spec.on_progress, spec.runs)
     watchers: list[Recorder] = [progress] if progress.wanted else []
     return RecordStream(tally, sink, [*watchers, *spec.reporters])
@@ -152,13 +153,13 @@ def _with_figures(spec: ExperimentSpec, manifest: Manifest, tally: RunTotals) ->
     """The manifest with what the results file says of the whole run: calls, tokens and
     cost per step and model, the dataset-level metrics (user code: each one's failure is
     its own value's error, never the run's)."""
-    usage = usage_totals(_parquet.read_results(
+    usage = usage_totals(_parquet.read_frame(
         spec.out_dir, ["sid", "repeat", "link_index", "task_name", "evaluator_name",
-                       *USAGE_COLUMNS]).to_pandas())
+                       *USAGE_COLUMNS]))
     update: dict[str, Any] = {"usage": usage or None, "cost_usd": total_cost(usage),
                               "calls": tally.calls - tally.cached, "cached_calls": tally.cached}
     if spec.metrics:
-        df = _parquet.read_results(spec.out_dir).to_pandas()
+        df = _parquet.read_frame(spec.out_dir)
         update["metrics"] = evaluate_metrics(spec.metrics, df)
     return manifest.model_copy(update=update)
 

@@ -231,6 +231,18 @@ class Location:
             return pq.read_table(self.local, columns=columns, schema=schema)
         return pq.read_table(self._key, columns=columns, schema=schema, filesystem=self._fs)
 
+    def row_groups(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The Parquet file here, a row group at a time (``columns``: only these)."""
+        with contextlib.ExitStack() as stack:
+            if self.local is not None:
+                source: Any = self.local
+            else:
+                assert self._fs is not None
+                source = stack.enter_context(self._fs.open_input_file(self._key))
+            file = stack.enter_context(pq.ParquetFile(source))
+            for i in range(file.num_row_groups):
+                yield file.read_row_group(i, columns=columns)
+
     def read_schema(self) -> pa.Schema:
         """The Parquet file's schema (its footer only)."""
         if self.local is not None:

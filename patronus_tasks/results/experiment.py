@@ -14,8 +14,9 @@ from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
 from patronus_tasks.record.manifest_file import ManifestFile, read_manifest
-from patronus_tasks.record.spans_file import SPANS_FILE, spans_table
+from patronus_tasks.record.spans_file import SPANS_FILE, read_spans, spans_table
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary, summarize
+from patronus_tasks.results.usage import USAGE_COLUMNS
 
 
 class Recorded(Protocol):
@@ -103,16 +104,18 @@ class Experiment:
 
     def to_dataframe(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The records (``columns``: only these), as a DataFrame."""
-        return _parquet.read_results(self.location, list(columns) if columns else None).to_pandas()
+        return _parquet.read_frame(self.location, list(columns) if columns else None)
 
     def spans(self) -> pd.DataFrame:
         """Every span of the experiment, one row each (``spans.parquet``): where it ran
-        (``sample_id``, ``repeat``, ``link_index``, ``step``), ``span_id``, ``parent_id``,
-        ``name``, ``kind``, ``start``, ``end``, ``arguments``, ``output``, ``error``, the model's
-        ``input_tokens``/``output_tokens`` and ``cost``, ``attributes`` as JSON."""
+        (``sid``, ``repeat``, ``link_index``, ``step``), ``span_id``, ``parent_id``,
+        ``name``, ``kind``, ``started_at``, ``ended_at`` (seconds since the epoch, as the
+        results' times), ``arguments``, ``output``, ``error``, the model's
+        ``input_tokens``/``output_tokens`` and ``cost``, ``attributes`` as JSON. A file
+        written before these names (``sample_id``, ``start``, ``end``) is read as them."""
         final = self.location / SPANS_FILE
         if final.exists():
-            return final.read_table().to_pandas()
+            return read_spans(final).to_pandas()
         return spans_table(_parquet.read_results(self.location)).to_pandas()  # not finished
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
@@ -126,11 +129,17 @@ class Experiment:
 
     def summary(self, df: pd.DataFrame | None = None) -> Summary:
         """Per (link, evaluator) statistics of the records (``df``: already read records)."""
-        links = self._known.links if self._known is not None else []
+        known = self._known
+        links = known.links if known is not None else []
         order = [(i, e.name) for i, lk in enumerate(links) for e in lk.evaluators]
+        # A finished run's manifest has its usage, counted from this very file: not
+        # counted again (150 MB more at a million records), nor its columns read.
+        usage = known.usage if known is not None and known.status == "completed" else None
+        wanted = [c for c in SUMMARY_COLUMNS if usage is None or c not in USAGE_COLUMNS]
         # Only what the summary reads: the dataset's columns can be most of the records.
-        records = self.to_dataframe(SUMMARY_COLUMNS) if df is None else df
-        return summarize(records, order, location=self._where(), metrics=self.metrics)
+        records = self.to_dataframe(wanted) if df is None else df
+        return summarize(records, order, location=self._where(), metrics=self.metrics,
+                         usage=usage)
 
     def _where(self) -> str:
         """The results file; for a run not finished (interrupted, or running), its folder:

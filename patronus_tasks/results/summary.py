@@ -249,9 +249,11 @@ SUMMARY_COLUMNS = ("sid", "repeat", "link_index", "task_name", "evaluator_name",
 
 def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
               location: str | None = None,
-              metrics: Sequence[MetricValue] = ()) -> Summary:
+              metrics: Sequence[MetricValue] = (),
+              usage: Sequence[UsageTotal] | None = None) -> Summary:
     """Summarise records; ``order`` lists (link, evaluator) pairs in chain order;
-    ``metrics``: the experiment's dataset-level metrics (computed after its rows)."""
+    ``metrics``: the experiment's dataset-level metrics (computed after its rows);
+    ``usage``: its `usage_totals`, when its manifest has them (else counted here)."""
     if "repeat" not in df.columns:
         df = df.assign(repeat=None)
     evals = df[df["evaluator_name"].notna()]
@@ -270,9 +272,9 @@ def summarize(df: pd.DataFrame, order: Sequence[tuple[int, str]] = (),
         location=location,
         task_errors_by_link=_per_link(task_errors),
         skipped_tasks_by_link=_per_link(skipped),
-        usage=usage_totals(df),
+        usage=list(usage) if usage is not None else usage_totals(df),
         metrics=list(metrics),
-        runs=len(df.drop_duplicates(["sid", "repeat"])) if len(df) else 0,
+        runs=int((~df.duplicated(["sid", "repeat"])).sum()),  # no copy of the records
         weighted_score=weighted, weighted_rows=weighted_rows, unweighted_rows=unweighted_rows,
         **_error_kinds(task_errors, evals[evals["status"] == STATUS_ERROR]),
     )

@@ -251,7 +251,8 @@ def _batches(rows: Rows, flow_run_id: str, workers: int) -> list[RowBatch]:
     if not len(df):
         return []
     size = math.ceil(len(df) / max(1, min(len(df), workers * BATCHES_PER_WORKER)))
-    columns, starts = _parquet.dataset_schema(spec.dataset.df), range(0, len(df), size)
+    columns = _parquet.dataset_schema(spec.dataset.df, spec.dataset.declared)
+    starts = range(0, len(df), size)
     # Watchers stay here (reporters hold this loop's queue): a batch's rows go to them
     # once it is done.
     return [RowBatch(Rows(replace(spec, reporters=(), on_progress=None, dataset=Dataset(
