@@ -112,6 +112,11 @@ def as_verdict(value: str | None) -> str | None:
     return "pass" if low in _TRUE else "fail" if low in _FALSE else value
 
 
+def judged(records: pd.DataFrame) -> pd.Series:
+    """Each record's judge answer as a category (see the module)."""
+    return _judged(records)
+
+
 def _judged(records: pd.DataFrame) -> pd.Series:
     def one(row: pd.Series) -> str | None:
         meta = _meta(row.get("evaluation_metadata"))
