@@ -112,8 +112,11 @@ def as_verdict(value: str | None) -> str | None:
     return "pass" if low in _TRUE else "fail" if low in _FALSE else value
 
 
-def judged(records: pd.DataFrame) -> pd.Series:
-    """Each record's judge answer as a category (see the module)."""
+def judged(records: pd.DataFrame, verdicts: bool = False) -> pd.Series:
+    """Each record's judge answer as a category (see the module); ``verdicts``: its
+    pass/fail verdict whatever it answered (a judge of claims answers ``3/4``)."""
+    if verdicts:
+        return records["pass"].map(category).map(as_verdict) if len(records) else pd.Series(dtype=object)
     return _judged(records)
 
 
@@ -135,13 +138,14 @@ def _meta(text: Any) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def agreement(df: pd.DataFrame, evaluator: str, label: str) -> Agreement:
-    """The agreement of ``evaluator``'s verdicts with the ``label`` column in records ``df``."""
+def agreement(df: pd.DataFrame, evaluator: str, label: str, verdicts: bool = False) -> Agreement:
+    """The agreement of ``evaluator``'s verdicts with the ``label`` column in records ``df``
+    (``verdicts``: its pass/fail verdicts, whatever else it answered)."""
     mine = df[df["evaluator_name"] == evaluator]
     unscored = int(unscored_mask(mine).sum())
     scored = mine[mine["status"] == STATUS_OK]
     human = scored[label].map(category) if label in scored.columns else pd.Series(None, index=scored.index)
-    judge = _judged(scored)
+    judge = judged(scored, verdicts)
     verdicts = set(judge.dropna()) <= {"pass", "fail"}
     if verdicts:
         human = human.map(as_verdict)

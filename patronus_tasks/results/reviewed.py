@@ -19,7 +19,8 @@ from typing import Any
 import pandas as pd
 
 from patronus_tasks.define.row import clean
-from patronus_tasks.record.labels import LABELS_FILE, empty_labels, read_labels
+from patronus_tasks.record.labels import empty_labels, read_labels
+from patronus_tasks.record.records import STATUS_OK
 from patronus_tasks.results.agreement import (
     Agreement,
     agreement,
@@ -112,24 +113,41 @@ class Reviewed:
         return f"{who}. {judge}{among}{split}"
 
 
-def reviewed(records: pd.DataFrame, labels: pd.DataFrame, evaluator: str) -> Reviewed:
+def scale_in(manifest: Any, evaluator: str) -> list[str] | None:
+    """The scale a run's manifest gives ``evaluator`` (None: not said)."""
+    for link in manifest.links:
+        for e in link.evaluators:
+            if e.name == evaluator and e.scale:
+                return list(e.scale)
+    return None
+
+
+def by_verdict(scale: list[str] | None) -> bool:
+    """Whether a judge on ``scale`` is compared by its pass/fail verdict (a judge of
+    claims answers ``3/4``, and is labelled pass or fail)."""
+    return scale is not None and set(scale) == {"pass", "fail"}
+
+
+def reviewed(records: pd.DataFrame, labels: pd.DataFrame, evaluator: str,
+             scale: list[str] | None = None) -> Reviewed:
     """``evaluator``'s answers in ``records`` against the ``labels`` people gave."""
     mine = labels[labels["evaluator"] == evaluator]
     human, split = consensus(labels, evaluator)
     rows = judge_rows(records, evaluator)
     rows = rows[rows["sid"].astype(str).isin(human.index)]
     rows = rows.assign(**{_HUMAN: rows["sid"].astype(str).map(human)})
-    found = agreement(rows, evaluator, _HUMAN) if len(rows) else None
+    found = agreement(rows, evaluator, _HUMAN, by_verdict(scale)) if len(rows) else None
     alpha, shared = reviewers_alpha(labels, evaluator)
     if found is not None:
-        found = replace(found, label=LABELS_FILE)
+        found = replace(found, label="reviewers")
     return Reviewed(evaluator, found if found is not None and found.n >= MIN_ROWS else None,
                     sorted(set(mine["reviewer"])), int(mine["sid"].nunique()), split, alpha, shared)
 
 
 def of_experiment(experiment: Any, evaluator: str) -> Reviewed:
     """`reviewed` of an `Experiment`: its records and its ``labels.parquet``."""
-    return reviewed(experiment.to_dataframe(), experiment.labels(), evaluator)
+    return reviewed(experiment.to_dataframe(), experiment.labels(), evaluator,
+                    scale_in(experiment.manifest, evaluator))
 
 
 def reviewed_evaluators(labels: pd.DataFrame) -> list[str]:
@@ -200,10 +218,11 @@ def _is_number(value: str) -> bool:
     return True
 
 
-def _answers(records: pd.DataFrame, evaluator: str) -> dict[str, str]:
+def _answers(records: pd.DataFrame, evaluator: str, verdicts: bool) -> dict[str, str]:
     rows = judge_rows(records, evaluator)
-    rows = rows[rows["status"] == "ok"]
-    return {str(s): a for s, a in zip(rows["sid"], judged(rows), strict=True) if clean(a) is not None}
+    rows = rows[rows["status"] == STATUS_OK]
+    return {str(s): a for s, a in zip(rows["sid"], judged(rows, verdicts), strict=True)
+            if clean(a) is not None}
 
 
 def _pairs(human: pd.Series, answers: dict[str, str], sids: list[str]) -> list[tuple[str, str]]:
@@ -218,7 +237,8 @@ def changes(a: Any, dfa: pd.DataFrame, b: Any, dfb: pd.DataFrame) -> list[Agreem
     found = []
     for name in [n for n in la if n in lb]:
         ha, hb = la[name], lb[name]
-        answers_a, answers_b = _answers(dfa, name), _answers(dfb, name)
+        verdicts = by_verdict(scale_in(b.manifest, name) or scale_in(a.manifest, name))
+        answers_a, answers_b = _answers(dfa, name, verdicts), _answers(dfb, name, verdicts)
         sids = [s for s in ha.index if s in hb.index and ha[s] == hb[s]
                 and s in answers_a and s in answers_b]
         if len(sids) < MIN_ROWS:
@@ -226,3 +246,32 @@ def changes(a: Any, dfa: pd.DataFrame, b: Any, dfb: pd.DataFrame) -> list[Agreem
         found.append(AgreementChange(name, len(sids), _kappa(_pairs(ha, answers_a, sids)),
                                      _kappa(_pairs(hb, answers_b, sids))))
     return found
+
+
+# As a table ----------------------------------------------------------------------
+
+#: Reviewed rows a table lists (the HTML report's and the review artifact's).
+ROWS_SHOWN = 50
+
+
+def review_rows(records: pd.DataFrame, labels: pd.DataFrame, evaluator: str,
+                scale: list[str] | None = None, limit: int = ROWS_SHOWN) -> list[dict[str, Any]]:
+    """The reviewed rows of ``evaluator`` beside its answers: a row each (``sid``, the
+    judge's answer, each reviewer's label, their notes), disagreements first."""
+    mine = labels[labels["evaluator"] == evaluator]
+    if not len(mine):
+        return []
+    rows = judge_rows(records, evaluator)
+    answers = dict(zip(rows["sid"].astype(str), judged(rows, by_verdict(scale)), strict=True))
+    people = sorted(set(mine["reviewer"]))
+    table = []
+    for sid, group in mine.groupby("sid", sort=False):
+        given = dict(zip(group["reviewer"], group["label"], strict=True))
+        notes = "; ".join(f"{w}: {n}" for w, n in zip(group["reviewer"], group["note"], strict=True)
+                          if isinstance(n, str) and n)
+        judge = answers.get(str(sid))
+        table.append({"sid": str(sid), "judge": judge if judge is not None else "(no answer)",
+                      **{f"label by {p}": given.get(p, "") for p in people}, "notes": notes,
+                      "_differs": any(v != judge for v in given.values())})
+    table.sort(key=lambda r: not r["_differs"])
+    return [{k: v for k, v in r.items() if k != "_differs"} for r in table[:limit]]
