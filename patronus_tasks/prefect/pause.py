@@ -69,15 +69,14 @@ def form_model(fields: dict[str, Any], description: str) -> type[Any]:
     return made
 
 
-def ask(fields: dict[str, Any], description: str, *, key: str, timeout: int,
-        poll: float = POLL_SECONDS) -> Asked:
+def ask(fields: dict[str, Any], description: str, *, key: str, timeout: int) -> Asked:
     """Pause the current flow run for the form (suspend it, on a deployment) and wait for
     the answer: ``timeout`` seconds, then the run goes on with none."""
     flow_run = current_flow_run()
     model = form_model(fields, description)
     if can_suspend(flow_run):
         return _suspend(model, key, timeout)
-    return _pause(flow_run.id, model, key, timeout, poll)
+    return _pause(flow_run.id, model, key, timeout, POLL_SECONDS)
 
 
 def _suspend(model: type[Any], key: str, timeout: int) -> Asked:

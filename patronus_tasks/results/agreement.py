@@ -88,7 +88,24 @@ def of_experiment(experiment: Any) -> Agreement | None:
     found = calibrated(experiment.manifest.tags)
     if found is None:
         return None
-    return agreement(experiment.to_dataframe(), *found)
+    verdicts = by_verdict(scale_in(experiment.manifest, found[0]))
+    return agreement(experiment.to_dataframe(), *found, verdicts=verdicts)
+
+
+def scale_in(manifest: Any, evaluator: str) -> list[str] | None:
+    """The scale a run's manifest gives ``evaluator`` (None: not said)."""
+    for link in manifest.links:
+        for e in link.evaluators:
+            if e.name == evaluator and e.scale:
+                return list(e.scale)
+    return None
+
+
+def by_verdict(scale: list[str] | None) -> bool:
+    """Whether a judge on ``scale`` is compared by its pass/fail verdict (a judge of
+    claims answers ``3/4``, and is labelled pass or fail)."""
+    return scale is not None and set(scale) == {"pass", "fail"}
+
 
 
 def category(value: Any) -> str | None:

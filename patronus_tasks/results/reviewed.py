@@ -25,11 +25,13 @@ from patronus_tasks.results.agreement import (
     Agreement,
     agreement,
     as_verdict,
+    by_verdict,
     calibrated,
     category,
     cohen_kappa,
     judged,
     krippendorff_alpha,
+    scale_in,
 )
 
 #: Fewer reviewed rows than this give no agreement figure: kappa on four rows is noise.
@@ -111,21 +113,6 @@ class Reviewed:
                  else "")
         split = f"; {self.split} rows the reviewers split on, left out" if self.split else ""
         return f"{who}. {judge}{among}{split}"
-
-
-def scale_in(manifest: Any, evaluator: str) -> list[str] | None:
-    """The scale a run's manifest gives ``evaluator`` (None: not said)."""
-    for link in manifest.links:
-        for e in link.evaluators:
-            if e.name == evaluator and e.scale:
-                return list(e.scale)
-    return None
-
-
-def by_verdict(scale: list[str] | None) -> bool:
-    """Whether a judge on ``scale`` is compared by its pass/fail verdict (a judge of
-    claims answers ``3/4``, and is labelled pass or fail)."""
-    return scale is not None and set(scale) == {"pass", "fail"}
 
 
 def reviewed(records: pd.DataFrame, labels: pd.DataFrame, evaluator: str,

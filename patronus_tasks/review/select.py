@@ -77,7 +77,7 @@ def _uncertain(rows: Sequence[Reviewable], bounds: tuple[float, float]) -> Chose
                           f"not {bounds!r}.")
     known = [r for r in rows if r.p_pass is not None]
     found = sorted((r for r in known if low <= (r.p_pass or 0) <= high),
-                   key=lambda r: abs((r.p_pass or 0) - 0.5))
+                   key=lambda r: round(abs((r.p_pass or 0) - 0.5), 6))  # ties: file order
     if not known:
         return Chosen([], "no row has a probability of a pass: the judge's endpoint gave no "
                           "log-probabilities (or the judge is not a pass/fail one)")
