@@ -9,20 +9,19 @@ split on two rows), made once for the module."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
+from prefect import flow
 
-from patronus_tasks import ConfigError, QualityGateError, review, run_experiment
+from patronus_tasks import ConfigError, review, run_experiment
 from patronus_tasks.evaluators import calibrate, llm_judge
 from patronus_tasks.http import Endpoint
 from patronus_tasks.record.labels import Label, add_labels
@@ -41,6 +40,8 @@ PASSING = range(8)
 LOGPROBS = {1: 0.55, 2: 0.3, 9: 0.7}  # P(pass) where the endpoint gave log-probabilities
 SPLIT = {3, 10}
 HOSTILE = "see [docs](http://evil.example) ![x](http://evil.example/i.png) <img src=x> **now** # h"
+#: A terminal's escape sequences (clear the screen, set its title): never written to one.
+CONTROL = "\x1b[2J\x1b]0;pwned\x07"
 
 
 def judge(req: Recorded) -> Reply:
@@ -51,7 +52,7 @@ def judge(req: Recorded) -> Reply:
     if "Criterion: polite" in prompt:
         verdict = {"explanation": f"panel {i}", "pass": not (i in SPLIT and model_name == "m2")}
         return 200, {}, completion(json.dumps(verdict), model=model_name)
-    verdict = {"explanation": f"because {i} {HOSTILE}", "pass": i in PASSING}
+    verdict = {"explanation": f"because {i} {HOSTILE}{CONTROL}", "pass": i in PASSING}
     if i in LOGPROBS:
         p = LOGPROBS[i]
         return 200, {}, completion(json.dumps(verdict), model=model_name, logprobs=with_logprobs(
@@ -127,7 +128,7 @@ def test_the_form_holds_each_rows_facts_and_nothing_renders_as_markdown(run: Any
     page = paginate("correct", rows_[:3], ["pass", "fail"], None)[0]
     schema = model(page).model_json_schema()
     props = schema["properties"]
-    assert list(props)[0] == "reviewer" and schema["required"] == ["reviewer"]
+    assert next(iter(props)) == "reviewer" and schema["required"] == ["reviewer"]
     assert props["reviewer"]["minLength"] == 1  # the name asked once, never empty
     labels = [p for name, p in props.items() if name.startswith("label_")]
     notes = [p for name, p in props.items() if name.startswith("note_")]
@@ -142,7 +143,7 @@ def test_the_form_holds_each_rows_facts_and_nothing_renders_as_markdown(run: Any
         assert f"{part}" in visible, part
     # Model output never renders as Markdown: no link, image, tag or emphasis survives in
     # v1 (which renders the description); v2 shows the same text, the marks invisible.
-    assert HOSTILE in visible
+    assert HOSTILE in visible and "\x1b" not in facts and "\x07" not in facts
     for construct in ("[docs](", "![x](", "<img", "**now", "http://"):
         assert construct not in facts, construct
     # Pre-set to the judge's answer only when asked, and then said on the field.
@@ -199,7 +200,7 @@ def test_labels_are_kept_apart_per_reviewer_and_the_judge_is_held_to_them(run: A
 
 
 def test_review_outside_a_flow_names_the_terminal_review(run: Any) -> None:
-    with pytest.raises(ConfigError, match=r"runs inside a flow.*patronus-tasks review .* --evaluator correct"):
+    with pytest.raises(ConfigError, match=r"inside a flow.*patronus-tasks review .* --evaluator correct"):
         review(run, "correct")
     with pytest.raises(ConfigError, match="say which evaluator"):
         review(run)
@@ -244,7 +245,8 @@ def test_a_judge_whose_kappa_with_people_fell_is_regressed(tmp_path: Path) -> No
     """Two nights of the same calibration set: the second night's judge answers three
     rows otherwise, its kappa falls, and the verdict names it (``regressed:correct``)."""
     from patronus_tasks.results import compare_experiments
-    from patronus_tasks.results.verdict import Rule, judge as verdict
+    from patronus_tasks.results.verdict import Rule
+    from patronus_tasks.results.verdict import judge as verdict
 
     data = [{"sid": f"c{i}", "evaluated_model_output": f"OUT{i} x",
              "label": "pass" if i in PASSING else "fail"} for i in range(12)]
@@ -253,7 +255,8 @@ def test_a_judge_whose_kappa_with_people_fell_is_regressed(tmp_path: Path) -> No
         def handler(req: Recorded, flipped: set[int] = flipped) -> Reply:
             prompt = "\n".join(m["content"] for m in req.body["messages"])
             i = int(re.search(r"OUT(\d+)", prompt).group(1))  # type: ignore[union-attr]
-            return 200, {}, completion(json.dumps({"explanation": "x", "pass": (i in PASSING) != (i in flipped)}))
+            passed = (i in PASSING) != (i in flipped)
+            return 200, {}, completion(json.dumps({"explanation": "x", "pass": passed}))
         with serve(handler) as server:
             runs.append(calibrate(judges(server.url)[0], data, experiment_name=night,
                                   results_dir=tmp_path, backend="local", print_summary=False,
@@ -267,3 +270,193 @@ def test_a_judge_whose_kappa_with_people_fell_is_regressed(tmp_path: Path) -> No
     note = verdict(runs[1].summary(), comparison, Rule())
     assert note.name == "Regressed" and "regressed:correct" in note.tags
     assert "correct agreement with people: Cohen's kappa 1.000 →" in note.message
+
+
+# In a flow, on the session's Prefect server --------------------------------------
+
+
+#: The flow runs of `review_pages` (a parameter would be a copy).
+RUNS: list[str] = []
+
+
+@flow(name="review-pages")
+def review_pages(folder: str, n: int, timeout: int) -> Any:
+    from prefect.runtime import flow_run
+
+    RUNS.append(flow_run.get_id())
+    return review(folder, "correct", select="sample", n=n, page_size=5, timeout=timeout,
+                  min_kappa=-1.0)
+
+
+@flow(name="review-nothing")
+def review_nothing(folder: str) -> list[str]:
+    none = review(folder, "correct", select="disagreements")  # no panel: no row matches
+    nobody = review(folder, "correct", select="failed", n=2, timeout=1)
+    return [none.message, nobody.message]
+
+
+@pytest.fixture
+def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from patronus_tasks.prefect import pause
+
+    monkeypatch.setattr(pause, "POLL_SECONDS", 0.2)
+
+
+def _paused(ids: list[str], page: int) -> Any:
+    """The flow run once paused for its first form (its state, its form's schema and
+    description, read through Prefect's API)."""
+    from prefect.client.orchestration import get_client
+
+    def look() -> Any:
+        if not ids:
+            return None
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(ids[0]).state
+            if state is None or not state.is_paused():
+                return None
+            keys = state.state_details.run_input_keyset
+            schema = json.loads(client.read_flow_run_input(ids[0], keys["schema"]))
+            return state, schema, json.loads(client.read_flow_run_input(ids[0], keys["description"]))
+    return until(look, f"the flow run paused for page {page}", 60)
+
+
+def test_a_flow_run_pauses_for_each_page_and_the_answers_land(run: Any, prefect_server: str,
+                                                               quick_polls: None) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.flow_runs import resume_flow_run
+
+    from patronus_tasks.review.run import plan
+
+    selected = sids(plan(run, "correct", "sample", 7, 0, (0.2, 0.8), None, 1).selected)
+    # Zed labelled two of them before: they are not asked again.
+    add_labels(run.location, [Label(s, "correct", "fail", "Zed") for s in selected[:2]])
+    RUNS.clear()
+    ids = RUNS
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(review_pages(str(run.path), 7, 4)))
+    thread.start()
+    try:
+        state, schema, description = _paused(ids, 1)
+        asked = [p["title"].split(":")[0] for n, p in schema["properties"].items() if n.startswith("label_")]
+        assert asked == selected[2:5]  # page 1 of 2: rows 1 to 5, less Zed's two
+        assert description.startswith("**Review of correct** on night: page 1 of 2, rows 1 to 3 of 7.")
+        # Ann's answer, through Prefect's own resume call: one row's label differs from the judge's.
+        names = [n for n in schema["properties"] if n.startswith("label_")]
+        said = {s: ("pass" if int(s[1:]) in PASSING else "fail") for s in asked}
+        said[asked[0]] = "fail" if said[asked[0]] == "pass" else "pass"
+        resume_flow_run(ids[0], run_input={"reviewer": "Ann", **dict(zip(names, said.values(), strict=True)),
+                                           names[0].replace("label_", "note_"): "reads *wrong*"})
+        until(lambda: len(run.labels()) == 5, "page 1's labels kept")
+        _, schema2, _ = _paused_again(ids, state.state_details.pause_key)
+        names2 = [n for n in schema2["properties"] if n.startswith("label_")]
+        assert len(names2) == 2
+        # A label off the scale is refused by Prefect (the form's schema): still paused.
+        with pytest.raises(RuntimeError, match="Cannot resume"):
+            resume_flow_run(ids[0], run_input={"reviewer": "Ann", names2[0]: "maybe"})
+        # Then nobody answers page 2: the flow goes on, page 1's answers kept.
+        thread.join(60)
+    finally:
+        thread.join(60)
+    r = result[0]
+    assert r.message.startswith("5 of 7 reviewed; page 2 of 2: nobody answered within 4 s"), r.message
+    labels = r.labels
+    assert len(labels) == 5 and set(labels["reviewer"]) == {"Ann", "Zed"}
+    assert labels.set_index("sid").loc[asked[0], "note"] == "reads *wrong*"
+    human = {**dict.fromkeys(selected[:2], "fail"), **said}
+    pairs = [(human[s], "pass" if int(s[1:]) in PASSING else "fail") for s in human]
+    assert r.agreement.n == 5 and r.agreement.kappa == pytest.approx(cohen_kappa(pairs, ["fail", "pass"]))
+    with get_client(sync_client=True) as client:
+        final = client.read_flow_run(ids[0])
+        artifacts = client.read_artifacts()
+    assert final.state.is_completed()
+    mine = [a for a in artifacts if str(a.flow_run_id) == ids[0]]
+    assert [a.key for a in mine] == ["reviews-correct-review"]
+    assert "label by Ann" in mine[0].data and "5 of 7 reviewed" in mine[0].description
+
+
+def _paused_again(ids: list[str], before: str) -> Any:
+    from prefect.client.orchestration import get_client
+
+    def look() -> Any:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(ids[0]).state
+            if state is None or not state.is_paused() or state.state_details.pause_key == before:
+                return None
+            keys = state.state_details.run_input_keyset
+            return state, json.loads(client.read_flow_run_input(ids[0], keys["schema"])), None
+    return until(look, "the flow run paused for its next page", 60)
+
+
+def test_no_matching_row_asks_nobody_and_a_page_nobody_answers_lets_the_flow_go_on(
+        run: Any, prefect_server: str, quick_polls: None) -> None:
+    none, nobody = review_nothing(str(run.path))
+    assert none.startswith("0 of 0 reviewed; no row of correct matches the selection: the "
+                           "evaluator is no panel"), none
+    assert nobody.startswith("0 of 2 reviewed; page 1 of 1: nobody answered within 1 s"), nobody
+    assert run.labels().empty
+
+
+# In a terminal ---------------------------------------------------------------------
+
+
+class Pty:
+    """``patronus-tasks review ...`` on a pseudo-terminal, typed into as a person does."""
+
+    def __init__(self, *args: str) -> None:
+        import pty
+        import subprocess
+        import sys
+
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "patronus_tasks", "review", *args],
+                                     stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        self.seen = b""
+
+    def expect(self, text: str, timeout: float = 60) -> None:
+        import select
+
+        def read() -> bool:
+            ready, _, _ = select.select([self.master], [], [], 0.1)
+            if ready:
+                with contextlib.suppress(OSError):  # the other end closed
+                    self.seen += os.read(self.master, 65536)
+            return text.encode() in self.seen
+        until(read, f"{text!r} on the terminal (it showed: {self.seen[-300:]!r})", timeout)
+
+    def type(self, line: str) -> None:
+        os.write(self.master, (line + "\n").encode())
+
+
+def test_the_terminal_asks_one_row_at_a_time(run: Any, tmp_path: Path) -> None:
+    into = tmp_path / "labels.jsonl"
+    t = Pty(str(run.path), "--evaluator", "correct", "--select", "failed", "-n", "3",
+            "--into", str(into))
+    try:
+        t.expect("Your name")
+        t.type("Ann")
+        t.expect("Row 1 of 3: sid s08")
+        t.expect("Your label [pass/fail; Enter: skip; quit]: ")
+        t.type("maybe")
+        t.expect("'maybe' is not on the scale: answer one of pass/fail.")
+        t.type("PASS")
+        t.expect("Note (Enter for none): ")
+        t.type("looks right to me")
+        t.expect("Row 2 of 3: sid s09")
+        t.type("")  # skipped
+        t.expect("Row 3 of 3: sid s10")
+        t.type("fail")
+        t.type("")
+        t.expect("2 of 3 reviewed")
+        assert t.proc.wait(30) == 0
+    finally:
+        t.proc.kill()
+        os.close(t.master)
+    labels = run.labels()
+    assert [[r.sid, r.label, r.reviewer, r.note if isinstance(r.note, str) else None]
+            for r in labels.itertuples()] == [["s08", "pass", "Ann", "looks right to me"],
+                                              ["s10", "fail", "Ann", None]]
+    assert [json.loads(x)["sid"] for x in into.read_text().splitlines()] == ["s08", "s10"]
+    # The facts as text, the model's escape sequences not written to the terminal.
+    assert b"OUT8 an answer" in t.seen and b"because 8 see [docs](http://evil.example)" in t.seen
+    assert b"\x1b" not in t.seen and b"\x07" not in t.seen
