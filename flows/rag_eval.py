@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -164,7 +165,11 @@ def ask_people(experiment: Experiment, rows: int, evaluator: str, select: str, t
         said = f"review skipped: this run has no {evaluator} (its evaluators: {', '.join(sorted(names))})"
         logger.warning(said)
         return said
-    return review(experiment, evaluator, select=select, n=rows, timeout=timeout, into=labels).message
+    # A seed of the night's own: each night samples other rows (the same within a night,
+    # as a suspended run asks again once resumed), and the labelled set grows.
+    seed = zlib.crc32(experiment.location.name.encode())
+    return review(experiment, evaluator, select=select, n=rows, timeout=timeout, into=labels,
+                  seed=seed).message
 
 
 if __name__ == "__main__":

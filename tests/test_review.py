@@ -143,7 +143,7 @@ def test_the_form_holds_each_rows_facts_and_nothing_renders_as_markdown(run: Any
         assert f"{part}" in visible, part
     # Model output never renders as Markdown: no link, image, tag or emphasis survives in
     # v1 (which renders the description); v2 shows the same text, the marks invisible.
-    assert HOSTILE in visible and "\x1b" not in facts and "\x07" not in facts
+    assert not visible.startswith("▸ judge") and HOSTILE in visible and "\x1b" not in facts and "\x07" not in facts
     for construct in ("[docs](", "![x](", "<img", "**now", "http://"):
         assert construct not in facts, construct
     # Pre-set to the judge's answer only when asked, and then said on the field.

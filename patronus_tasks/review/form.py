@@ -112,7 +112,8 @@ class Page:
             found[label] = (choices, pydantic.Field(
                 default=row.verdict if preset else self.skip, title=title,
                 description="\n\n".join(f"▸ {name}: {in_field(value, CUTS.get(name, 400))}"
-                                        for name, value in facts(row))))
+                                        for name, value in facts(row)
+                                        if (name, value) != ("judge", row.verdict))))  # in the title
             found[note] = (str, pydantic.Field(
                 default="", max_length=_NOTE_CHARS, title=f"{in_field(row.sid, 80)}: your note",
                 description="Optional: why, in a few words."))

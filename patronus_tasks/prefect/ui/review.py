@@ -10,25 +10,20 @@ from typing import Any
 
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.report.cells import markdown_table
+from patronus_tasks.report.markdown import text
 from patronus_tasks.results.reviewed import Reviewed
 
 
 def review_markdown(title: str, said: str, reviewed: Reviewed, rows: list[dict[str, Any]]) -> str:
     """The artifact's Markdown: the review's outcome, the figures, the rows."""
-    lines = [f"# Review of {_plain(reviewed.evaluator)}: {_plain(title)}", "", _plain(said), "",
-             _plain(reviewed.headline())]
+    lines = [f"# Review of {text(reviewed.evaluator)}: {text(title)}", "", text(said), "",
+             text(reviewed.headline())]
     if reviewed.agreement is not None and len(reviewed.agreement.categories):
         lines += ["", "## Judge against the reviewers", "",
                   *markdown_table(reviewed.agreement.confusion_rows())]
     if rows:
         lines += ["", "## Reviewed rows (disagreements first)", "", *markdown_table(rows)]
     return "\n".join(lines)
-
-
-def _plain(value: str) -> str:
-    """A line of ours that carries names (the evaluator's, the experiment's): its
-    Markdown characters escaped, as a table cell's are (`markdown_table`)."""
-    return markdown_table([{"x": value}])[-1][2:-2].replace("\\|", "|").replace("|", "\\|")
 
 
 def publish_review(series: str, title: str, markdown: str, said: str) -> None:
