@@ -143,7 +143,8 @@ def test_the_form_holds_each_rows_facts_and_nothing_renders_as_markdown(run: Any
         assert f"{part}" in visible, part
     # Model output never renders as Markdown: no link, image, tag or emphasis survives in
     # v1 (which renders the description); v2 shows the same text, the marks invisible.
-    assert not visible.startswith("▸ judge") and HOSTILE in visible and "\x1b" not in facts and "\x07" not in facts
+    assert not visible.startswith("▸ judge")  # the title says the judge's answer
+    assert HOSTILE in visible and "\x1b" not in facts and "\x07" not in facts
     for construct in ("[docs](", "![x](", "<img", "**now", "http://"):
         assert construct not in facts, construct
     # Pre-set to the judge's answer only when asked, and then said on the field.
@@ -192,11 +193,26 @@ def test_labels_are_kept_apart_per_reviewer_and_the_judge_is_held_to_them(run: A
     bar, why = found.bar(0.9)
     assert bar == pytest.approx(found.reviewers_alpha) and "above the reviewers' own agreement" in (why or "")
     assert found.bar(-1.0) == (-1.0, None)
+    # As a gate: held to the reviewers' alpha (said), else to min_kappa itself.
+    from dataclasses import replace
+
+    from patronus_tasks import QualityGateError
+    from patronus_tasks.review.run import Review, gate
+
+    assert found.agreement.kappa >= found.reviewers_alpha
+    gate(Review(run, "correct", [], 0, found, ""), 0.9)  # lowered to their alpha: passes
+    alone = Review(run, "correct", [], 0, replace(found, reviewers_alpha=None), "")
+    with pytest.raises(QualityGateError, match=r"Cohen's kappa with its reviewers .* is below 0.900"):
+        gate(alone, 0.9)
     # The HTML report shows them beside the judge's answers.
     from patronus_tasks.report.build import build_report
 
     page = build_report(run)
     assert "<h3>Human review: correct</h3>" in page and "label by Bo" in page
+    # A reviewer's name (as a label) is text, never a path: nothing is written where it points.
+    add_labels(run.location, [Label("s03", "correct", "pass", "../../escaped")])
+    assert "../../escaped" in set(run.labels()["reviewer"])
+    assert not (run.location.local / "../../escaped").exists() and not Path("escaped").exists()
 
 
 def test_review_outside_a_flow_names_the_terminal_review(run: Any) -> None:

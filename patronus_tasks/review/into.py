@@ -97,10 +97,10 @@ def append(into: str | Path, rows: list[Reviewable], labels: pd.DataFrame, sourc
     agreed, _ = consensus(labels, evaluator)
     known, sids = _existing(path, evaluator)
     lines, already, split = [], 0, 0
-    tied = labels[labels["evaluator"] == evaluator]["sid"].astype(str)
+    labelled = set(labels[labels["evaluator"] == evaluator]["sid"].astype(str))
     for r in rows:
         if r.sid not in agreed.index:
-            split += int(r.sid in set(tied))
+            split += r.sid in labelled  # labelled, but the reviewers split evenly
             continue
         digest = _digest(r.output)
         if (r.sid, digest) in known:
