@@ -161,11 +161,13 @@ def test_a_review_suspends_the_run_and_takes_its_experiment_up_again(stack: Stac
     from prefect.flow_runs import resume_flow_run
 
     results, labels = tmp_path / "results", tmp_path / "labels.jsonl"
+    dataset = tmp_path / "rag.jsonl"  # three of the bundled rows: the run's own part is short
+    dataset.write_text("".join((ROOT / "datasets" / "rag_qa.jsonl").read_text().splitlines(True)[:3]))
     with api_of(stack.api_url):
         flow_run = run_deployment(
             "rag-eval/rag-nightly", timeout=0, parameters={
-                "results_dir": str(results), "experiment_name": "reviewed", "judges": False,
-                "review": 2, "review_evaluator": "answers", "labels": str(labels)})
+                "dataset": str(dataset), "results_dir": str(results), "experiment_name": "reviewed",
+                "judges": False, "review": 2, "review_evaluator": "answers", "labels": str(labels)})
         deadline = time.monotonic() + 180
         while (run := _state_of(flow_run.id)).state.name != "Suspended":
             assert time.monotonic() < deadline and not run.state.is_final(), run.state
