@@ -2,7 +2,7 @@
 
 What was tried in Chromium on Prefect 3.9.1 decides the shape: the Resume form is a
 ~510 px modal; the form's description above the fields is squeezed (to a 400 px box
-with 3 fields, to nothing with ~20), so each row's facts live in its own field: the
+with 3 fields, to nothing with more), so each row's facts live in its own field: the
 label's title is the row's sample id and the judge's answer, its description the facts
 (input, output, gold answer, retrieved context, the judge's explanation), cut to stay
 readable. A ``Literal`` is a drop-down: the scale and "skip". An ``Optional[str]`` shows a
@@ -24,9 +24,10 @@ from patronus_tasks.record.labels import Label
 from patronus_tasks.review.rows import Reviewable
 from patronus_tasks.review.shown import CUTS, in_field, in_markdown
 
-#: Rows a page asks by default: each is two fields (its label and a note), and the v1
-#: form squeezes the page's description away past ~20 fields; five rows (11 fields,
-#: ~2,500 px of facts at most) scroll in the ~510 px modal, one row at a time in view.
+#: Rows a page asks by default: each is two fields (its label and a note). Five rows of
+#: the bundled RAG set (11 fields) made a form ~1,900 px tall (v2; measured in Chromium),
+#: scrolled in the modal a row or two at a time; v1 had squeezed the page's description
+#: away already (a 1,000 px window), which is why each row's facts are in its fields.
 PAGE_SIZE = 5
 #: The most a page may ask (41 fields).
 MAX_PAGE_SIZE = 20
