@@ -13,20 +13,30 @@ invents an answer.
 
     python flows/rag_eval.py                    # offline checks, on the bundled data
     OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=llama3.1 python flows/rag_eval.py
+
+People in the loop: with ``review=N`` the run then asks people to label N of its rows
+(``review_evaluator``'s, faithfulness by default) in the Prefect UI: the flow run pauses
+for a form (on a deployment it is suspended, the worker freed, and once resumed takes
+the same experiment up again). The labelled rows go into ``labels`` (a JSON Lines file),
+on which each night, before anything else is asked, faithfulness is calibrated: its
+kappa with people is part of that night's verdict (``regressed:faithfulness`` when it
+fell).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import zlib
 from pathlib import Path
 from typing import Literal
 
 from prefect import flow
 from prefect.states import State
 
-from patronus_tasks import Evaluator, Row, run_experiment, task
+from patronus_tasks import Evaluator, Row, review, run_experiment, task
 from patronus_tasks.evaluators import (
+    calibrate,
     context_recall,
     context_relevance,
     factuality,
@@ -37,6 +47,8 @@ from patronus_tasks.evaluators import (
     token_f1,
 )
 from patronus_tasks.prefect import experiment_flow_run_name, use_built_in_server, verdict_state
+from patronus_tasks.results import Experiment
+from patronus_tasks.review import reviewed_experiment
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger("patronus_tasks.flows.rag")
@@ -66,7 +78,10 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
              results_dir: str | None = None, judges: bool | None = None,
              cache: bool = False, resume: bool = False,
              fail_on_regression: bool | Literal["significant", "worse"] = False,
-             fail_on_error: int | float | None = None) -> State:
+             fail_on_error: int | float | None = None, review: int = 0,
+             review_evaluator: str = "faithfulness",
+             review_select: Literal["sample", "failed", "uncertain", "disagreements"] = "sample",
+             review_timeout: int = 3600, labels: str = "datasets/rag_labels.jsonl") -> State:
     """Judge the dataset's answers with the offline checks and, given an endpoint, the LLM
     judges; the flow run ends Completed with the figures as its message.
 
@@ -89,22 +104,72 @@ def rag_eval(dataset: str = "datasets/rag_qa.jsonl", project: str = "rag-qa",
             verdict this run (its endpoint down) fails it too: it could not be checked.
         fail_on_error: Fail the run when more rows errored than this: a row count (0: any
             error fails it) or a share of the rows (0.1: more than a tenth); empty: never.
+        review: Rows to ask people about once the run is done, in the Prefect UI (the run
+            pauses for a form, a page of 5 rows at a time); 0: none.
+        review_evaluator: Whose verdicts people label (faithfulness: needs the judges).
+        review_select: Which rows: a "sample" stratified by verdict, the "failed" ones,
+            the "uncertain" ones (from the judge's log-probabilities), or "disagreements".
+        review_timeout: Seconds a page waits for an answer; then the run goes on.
+        labels: The JSON Lines file the labelled rows are added to; with the judges on,
+            faithfulness is checked on it first each night (its kappa with people).
     """
     use_judges = bool(os.environ.get("OPENAI_BASE_URL")) if judges is None else judges
     if not use_judges:
         logger.warning(SKIPPED)
         print(SKIPPED)
-    path = Path(dataset)
-    experiment = run_experiment(
-        project, data=path if path.is_absolute() or path.exists() else HERE.parent / path,
-        task=answer, evaluators=evaluators(use_judges), tags={"suite": "rag"},
-        experiment_name=experiment_name, max_concurrency=max_concurrency,
-        results_dir=results_dir, cache=True if cache else None, resume=resume,
-        fail_on_regression=fail_on_regression, fail_on_error=fail_on_error)
+    # A run suspended for its review runs again from here once resumed: the same experiment.
+    experiment = reviewed_experiment()
+    if experiment is None:
+        calibrated = calibrate_on_labels(_found(labels), project, results_dir) if use_judges else None
+        experiment = run_experiment(
+            project, data=_found(dataset), task=answer, evaluators=evaluators(use_judges),
+            tags={"suite": "rag"}, experiment_name=experiment_name,
+            max_concurrency=max_concurrency, results_dir=results_dir,
+            cache=True if cache else None, resume=resume, fail_on_regression=fail_on_regression,
+            fail_on_error=fail_on_error)
+        if calibrated:
+            logger.info(calibrated)
+    reviewed = ask_people(experiment, review, review_evaluator, review_select, review_timeout,
+                          _found(labels))
     state = verdict_state(experiment)  # named after the verdict, the figures its message
     if not use_judges:
         state.message = f"{state.message} (LLM judges skipped)"
+    if reviewed:
+        state.message = f"{state.message}. Review: {reviewed}"
     return state
+
+
+def _found(name: str) -> Path:
+    """A path as given (absolute, or found from the working directory), else from this
+    project's folder."""
+    path = Path(name)
+    return path if path.is_absolute() or path.exists() else HERE.parent / path
+
+
+def calibrate_on_labels(labels: Path, project: str, results_dir: str | None) -> str | None:
+    """Faithfulness checked on the rows people labelled (none yet: nothing to check): its
+    kappa with them, against the last night's on the same rows, is in its verdict."""
+    if not labels.is_file() or not labels.read_text(encoding="utf-8").strip():
+        return None
+    found = calibrate(faithfulness(), labels, project=f"{project}-judges", results_dir=results_dir)
+    return found.agreement.headline()
+
+
+def ask_people(experiment: Experiment, rows: int, evaluator: str, select: str, timeout: int,
+               labels: Path) -> str | None:
+    """``rows`` of the run labelled by people in the Prefect UI (the review's outcome)."""
+    if rows <= 0:
+        return None
+    names = {e.name for link in experiment.manifest.links for e in link.evaluators}
+    if evaluator not in names:
+        said = f"review skipped: this run has no {evaluator} (its evaluators: {', '.join(sorted(names))})"
+        logger.warning(said)
+        return said
+    # A seed of the night's own: each night samples other rows (the same within a night,
+    # as a suspended run asks again once resumed), and the labelled set grows.
+    seed = zlib.crc32(experiment.location.name.encode())
+    return review(experiment, evaluator, select=select, n=rows, timeout=timeout, into=labels,
+                  seed=seed).message
 
 
 if __name__ == "__main__":

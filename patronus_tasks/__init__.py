@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
+    from patronus_tasks.review import review
     from patronus_tasks.trace import span, traced
     from patronus_tasks.tracing import init
 
@@ -58,7 +59,7 @@ _HOMES = {
                      "JudgeError", "PatronusTasksError", "QualityGateError", "RemoteAPIError",
                      "UnparseableResponseError"], "exceptions"),
     "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
-    "Summary": "results.summary", "init": "tracing", "traced": "trace",
+    "Summary": "results.summary", "review": "review", "init": "tracing", "traced": "trace",
     "span": "trace",
 }
 
@@ -111,6 +112,7 @@ __all__ = [
     "load_dataset",
     "read_csv",
     "read_jsonl",
+    "review",
     "run_experiment",
     "simple_evaluator",
     "simple_task",

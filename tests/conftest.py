@@ -52,7 +52,7 @@ SLOWEST = ("test_main_job", "test_stack", "test_security", "test_lint", "test_ju
            "test_results_first", "test_hosts", "test_object_store", "test_workers",
            "test_local_server", "test_recorder_restarts", "test_flows_http", "test_deployment",
            "test_rate_limits", "test_rag_flow", "test_costs_repeats_metrics", "test_prefect_ui",
-           "test_recorder", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")
+           "test_review", "test_recorder", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")
 
 
 #: Handed out last (none now; see test_hosts above).

@@ -159,6 +159,47 @@ def test_nightly_schedules_create_runs(stack: Stack) -> None:
     assert paused == []
 
 
+def _state_of(flow_run_id: Any) -> Any:
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id)
+
+
+def test_a_review_suspends_the_run_and_takes_its_experiment_up_again(stack: Stack, tmp_path: Path) -> None:
+    """On a deployment the review suspends the flow run (its process ends, the worker is
+    free); resumed with the answer through Prefect's own call, the run starts again, takes
+    the same experiment up (not run twice) and keeps the labels."""
+    from prefect.flow_runs import resume_flow_run
+
+    results, labels = tmp_path / "results", tmp_path / "labels.jsonl"
+    dataset = tmp_path / "rag.jsonl"  # three of the bundled rows: the run's own part is short
+    dataset.write_text("".join((ROOT / "datasets" / "rag_qa.jsonl").read_text().splitlines(True)[:3]))
+    with _client_of(stack):
+        flow_run = run_deployment(
+            "rag-eval/rag-nightly", timeout=0, parameters={
+                "dataset": str(dataset), "results_dir": str(results), "experiment_name": "reviewed",
+                "judges": False, "review": 2, "review_evaluator": "answers", "labels": str(labels)})
+        deadline = time.monotonic() + 180
+        while (run := _state_of(flow_run.id)).state.name != "Suspended":
+            assert time.monotonic() < deadline and not run.state.is_final(), run.state
+            time.sleep(1)
+        keys = run.state.state_details.run_input_keyset
+        with get_client(sync_client=True) as client:
+            schema = json.loads(client.read_flow_run_input(flow_run.id, keys["schema"]))
+        fields = [n for n in schema["properties"] if n.startswith("label_")]
+        assert len(fields) == 2
+        resume_flow_run(flow_run.id, run_input={"reviewer": "Ann", fields[0]: "pass", fields[1]: "fail"})
+        while not (run := _state_of(flow_run.id)).state.is_final():
+            assert time.monotonic() < deadline, run.state
+            time.sleep(1)
+    assert run.state.is_completed(), run.state
+    assert "Review: 2 of 2 reviewed" in (run.state.message or ""), run.state.message
+    folders = [p.name for p in (results / "rag-qa").iterdir() if p.is_dir()]
+    assert folders == ["reviewed"]  # the experiment taken up again, not run twice
+    written = pq.read_table(results / "rag-qa" / "reviewed" / "labels.parquet").to_pylist()
+    assert sorted((w["label"], w["reviewer"]) for w in written) == [("fail", "Ann"), ("pass", "Ann")]
+    assert len(labels.read_text().splitlines()) == 2  # the calibration set grew
+
+
 def test_up_again_starts_a_dead_worker_and_leaves_a_running_stack_be(stack: Stack) -> None:
     """`server up` where the stack runs says so; where its worker died (killed, OOM), it
     starts the worker again where it ran, and `down` stops that one."""

@@ -12,7 +12,7 @@ SURFACE = {
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
         "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
         "arun_experiment", "evaluator", "init", "load_dataset", "read_csv", "read_jsonl",
-        "run_experiment", "simple_evaluator", "simple_task", "span", "task", "traced",
+        "review", "run_experiment", "simple_evaluator", "simple_task", "span", "task", "traced",
     },
     # The Patronus SDK 0.1.x's modules, under the names its programs import them by.
     "patronus_tasks.experiments": {
@@ -45,6 +45,8 @@ SURFACE = {
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
     "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server", "verdict_state"},
+    "patronus_tasks.review": {"MAX_PAGE_SIZE", "PAGE_SIZE", "Review", "Reviewable", "review",
+                              "review_in_terminal", "reviewed_experiment"},
     "patronus_tasks.evaluators": {
         "Calibration", "Judge", "JudgeError", "answer_relevance", "bleu", "calibrate", "chrf",
         "contains", "context_recall", "context_relevance", "exact_match", "factuality",

@@ -1,5 +1,5 @@
-"""The ``patronus-tasks`` command line: run, list, show, compare, export and report
-experiments.
+"""The ``patronus-tasks`` command line: run, list, show, compare, export, report and
+review experiments.
 
 Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
 ``--fail-on-regression``, ``--fail-on-worse``); 2 a usage error (bad arguments, unknown experiment, bad file).
@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from patronus_tasks.cli import browse, run, server
+from patronus_tasks.cli import browse, review, run, server
 from patronus_tasks.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, app, usage
 from patronus_tasks.exceptions import ConfigError
 
@@ -40,11 +40,12 @@ def _said(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 for _fn, _name in ((run.run, None), (browse.list_, "list"), (browse.show, None),
-                   (browse.compare, None), (browse.export, None), (browse.report, None)):
+                   (browse.compare, None), (browse.export, None), (browse.report, None),
+                   (review.review, None)):
     _add(_fn, _name)
 app.add_typer(server.server, name="server")
 
-__all__ = ["EXIT_GATE", "EXIT_OK", "EXIT_USAGE", "app", "browse", "main", "run", "server"]
+__all__ = ["EXIT_GATE", "EXIT_OK", "EXIT_USAGE", "app", "browse", "main", "review", "run", "server"]
 
 
 def main() -> None:

@@ -182,6 +182,9 @@ class Evaluator(Step):
     #: Its share in a row's weighted score (the Patronus SDK 0.1.x's ``weight=``): None,
     #: not in it.
     weight: float | None = None
+    #: The labels a person may give its rows in a review (a judge's: pass/fail, 1 to N,
+    #: its choices); None: pass/fail when it gives verdicts.
+    scale: list[str] | None = None
 
     def __init__(self, name: str | None = None, *, criteria: str | None = None,
                  retries: int | None = None, retry_delay_seconds: float | None = None,

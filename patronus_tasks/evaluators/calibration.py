@@ -15,7 +15,14 @@ from patronus_tasks.define.metrics import Metric
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.evaluators.forms import Choices, Numeric, PassFail
 from patronus_tasks.exceptions import ConfigError, DatasetError, QualityGateError
-from patronus_tasks.results.agreement import CALIBRATION_TAG, Agreement, agreement, as_verdict, category
+from patronus_tasks.results.agreement import (
+    CALIBRATION_TAG,
+    Agreement,
+    agreement,
+    as_verdict,
+    by_verdict,
+    category,
+)
 from patronus_tasks.results.experiment import Experiment
 
 
@@ -25,9 +32,10 @@ def judge_agreement(evaluator: str | Evaluator, label: str = "label", *, prefix:
     weighted on a 1-N scale), ``<prefix>_n`` (rows compared) and, for a panel,
     ``<prefix>_alpha`` (Krippendorff's alpha across its judges)."""
     name = evaluator if isinstance(evaluator, str) else evaluator.name
+    verdicts = not isinstance(evaluator, str) and by_verdict(evaluator.scale)
 
     def judge_agreement(results: pd.DataFrame) -> dict[str, float | None]:
-        return agreement(results, name, label).metrics(prefix)
+        return agreement(results, name, label, verdicts).metrics(prefix)
 
     return Metric(judge_agreement, name=f"{prefix}_agreement")
 
@@ -126,6 +134,8 @@ def calibrate(judge: Evaluator, data: Any, *, label: str = "label", project: str
     except QualityGateError as exc:  # the figures that failed it, on the error
         ran = exc.experiment
         if isinstance(ran, Experiment):
-            exc.calibration = Calibration(ran, agreement(ran.to_dataframe(), judge.name, label))
+            exc.calibration = Calibration(ran, agreement(ran.to_dataframe(), judge.name, label,
+                                                         by_verdict(judge.scale)))
         raise
-    return Calibration(experiment, agreement(experiment.to_dataframe(), judge.name, label))
+    return Calibration(experiment, agreement(experiment.to_dataframe(), judge.name, label,
+                                             by_verdict(judge.scale)))

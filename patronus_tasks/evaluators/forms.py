@@ -189,6 +189,16 @@ def scale_form(owner: str, scale: Any) -> Form:
                       f"of at least two named choices to scores in [0, 1], not {scale!r}.")
 
 
+def scale_labels(form: Form) -> list[str]:
+    """What a person may answer in a judge's place (`review`): the choices, 1 to N, else
+    pass or fail (the verdict of a pass/fail judge and of a judge of items alike)."""
+    if isinstance(form, Numeric):
+        return [str(v) for v in range(1, form.top + 1)]
+    if isinstance(form, Choices):
+        return list(form.choices)
+    return ["pass", "fail"]
+
+
 def value_weights(logprobs: Any, key: str) -> dict[str, float] | None:
     """The probabilities of the tokens that could stand as the value of ``key`` in the
     answer's JSON, from an OpenAI-style ``choices[0].logprobs`` (None when absent)."""

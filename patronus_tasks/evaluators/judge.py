@@ -22,7 +22,15 @@ from patronus_tasks.define.step_results import EvaluationResult
 from patronus_tasks.define.steps import Evaluator
 from patronus_tasks.evaluators.asking import Answer, Capabilities, Judgement, ask, total_usage
 from patronus_tasks.evaluators.base import STEP_OPTIONS, check_choice, check_threshold, golds, no_output
-from patronus_tasks.evaluators.forms import Choices, Form, Numeric, PassFail, Reading, scale_form
+from patronus_tasks.evaluators.forms import (
+    Choices,
+    Form,
+    Numeric,
+    PassFail,
+    Reading,
+    scale_form,
+    scale_labels,
+)
 from patronus_tasks.exceptions import ConfigError, JudgeError
 from patronus_tasks.http import Endpoint
 from patronus_tasks.openai import default_model, openai_endpoint
@@ -90,6 +98,7 @@ class Judge(Evaluator):
         step.setdefault("criteria", criteria)
         super().__init__(step.pop("name", None) or self.factory, **step)
         self.form, self.threshold, self.rubric = form, check_threshold(self.factory, threshold), criteria
+        self.scale = scale_labels(form)
         self.prompt = opts.get("prompt") or self.default_prompt
         self.system = opts.get("system") or SYSTEM
         self.aggregate = check_choice(self.factory, "aggregate", opts.get("aggregate") or (

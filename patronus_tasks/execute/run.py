@@ -65,8 +65,9 @@ def _manifest(spec: ExperimentSpec, tally: RunTotals, status: RunStatus, started
         dataset=DatasetInfo(source=spec.dataset.source, rows=len(spec.dataset),
                             sha256=spec.dataset.content_hash()),
         links=[LinkInfo(task=lk.task.name if lk.task else None,
-                        evaluators=[EvaluatorInfo(name=e.name, criteria=e.criteria, weight=e.weight)
-                                    for e in lk.evaluators]) for lk in spec.links],
+                        evaluators=[EvaluatorInfo(name=e.name, criteria=e.criteria, weight=e.weight,
+                                                  scale=e.scale) for e in lk.evaluators])
+               for lk in spec.links],
         metadata=spec.metadata,
         package_version=__version__, git_commit=_git_commit(), python=sys.version.split()[0])
 

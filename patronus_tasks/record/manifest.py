@@ -54,13 +54,15 @@ class EvaluatorInfo(_Model):
     name: str
     criteria: str | None = None
     weight: float | None = None  # its share in a row's weighted score (``weight=``)
+    scale: list[str] | None = None  # the labels a person may give its rows (a judge's)
 
     @model_serializer(mode="wrap")
     def _no_weight(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when given: most evaluators have none.
         data: dict[str, Any] = handler(self)
-        if data.get("weight") is None:
-            data.pop("weight", None)
+        for name in ("weight", "scale"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 

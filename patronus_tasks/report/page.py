@@ -20,10 +20,11 @@ import pandas as pd
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.report import charts
 from patronus_tasks.report.rows import counted_columns, packed, table_data
-from patronus_tasks.results.agreement import agreement, calibrated
+from patronus_tasks.results.agreement import agreement, by_verdict, calibrated, scale_in
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
+from patronus_tasks.results.reviewed import review_rows, reviewed, reviewed_evaluators
 from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import usage_rows
 from patronus_tasks.results.verdict import Rule, said
@@ -134,11 +135,29 @@ def metrics_section(s: Summary) -> str:
 
 def calibration_section(r: ReportInput) -> str:
     """A calibration run's agreement with the human labels: the figures, the confusion
-    matrix, the rows where judge and human disagree (nothing for other runs)."""
+    matrix, the rows where judge and human disagree (nothing for other runs); then what
+    people said of the rows in a review (`review_section`)."""
+    return _calibration(r) + review_section(r)
+
+
+def review_section(r: ReportInput) -> str:
+    """Each reviewed evaluator: the judge against its reviewers (and theirs among
+    themselves), and the reviewed rows, each reviewer's label beside the judge's answer."""
+    labels = r.experiment.labels()
+    parts = []
+    for name in reviewed_evaluators(labels):
+        scale = scale_in(r.experiment.manifest, name)
+        found = reviewed(r.df, labels, name, scale)
+        rows = [{k: esc(v) for k, v in row.items()} for row in review_rows(r.df, labels, name, scale)]
+        parts.append(f"<h3>Human review: {esc(name)}</h3><p>{esc(found.headline())}</p>{_table(rows)}")
+    return "".join(parts)
+
+
+def _calibration(r: ReportInput) -> str:
     found = calibrated(r.experiment.manifest.tags)
     if found is None:
         return ""
-    a = agreement(r.df, *found)
+    a = agreement(r.df, *found, verdicts=by_verdict(scale_in(r.experiment.manifest, found[0])))
     rows = [{k: esc(v) for k, v in row.items()} for row in a.confusion_rows()]
     wrong = [{k: esc(v) for k, v in row.items()} for row in a.disagreement_rows(50)]
     return (f"<h3>Judge calibration</h3><p>{esc(a.headline())}</p>{_table(rows)}"

@@ -88,7 +88,24 @@ def of_experiment(experiment: Any) -> Agreement | None:
     found = calibrated(experiment.manifest.tags)
     if found is None:
         return None
-    return agreement(experiment.to_dataframe(), *found)
+    verdicts = by_verdict(scale_in(experiment.manifest, found[0]))
+    return agreement(experiment.to_dataframe(), *found, verdicts=verdicts)
+
+
+def scale_in(manifest: Any, evaluator: str) -> list[str] | None:
+    """The scale a run's manifest gives ``evaluator`` (None: not said)."""
+    for link in manifest.links:
+        for e in link.evaluators:
+            if e.name == evaluator and e.scale:
+                return list(e.scale)
+    return None
+
+
+def by_verdict(scale: list[str] | None) -> bool:
+    """Whether a judge on ``scale`` is compared by its pass/fail verdict (a judge of
+    claims answers ``3/4``, and is labelled pass or fail)."""
+    return scale is not None and set(scale) == {"pass", "fail"}
+
 
 
 def category(value: Any) -> str | None:
@@ -112,6 +129,14 @@ def as_verdict(value: str | None) -> str | None:
     return "pass" if low in _TRUE else "fail" if low in _FALSE else value
 
 
+def judged(records: pd.DataFrame, verdicts: bool = False) -> pd.Series:
+    """Each record's judge answer as a category (see the module); ``verdicts``: its
+    pass/fail verdict whatever it answered (a judge of claims answers ``3/4``)."""
+    if verdicts:
+        return records["pass"].map(category).map(as_verdict) if len(records) else pd.Series(dtype=object)
+    return _judged(records)
+
+
 def _judged(records: pd.DataFrame) -> pd.Series:
     def one(row: pd.Series) -> str | None:
         meta = _meta(row.get("evaluation_metadata"))
@@ -130,13 +155,14 @@ def _meta(text: Any) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def agreement(df: pd.DataFrame, evaluator: str, label: str) -> Agreement:
-    """The agreement of ``evaluator``'s verdicts with the ``label`` column in records ``df``."""
+def agreement(df: pd.DataFrame, evaluator: str, label: str, verdicts: bool = False) -> Agreement:
+    """The agreement of ``evaluator``'s verdicts with the ``label`` column in records ``df``
+    (``verdicts``: its pass/fail verdicts, whatever else it answered)."""
     mine = df[df["evaluator_name"] == evaluator]
     unscored = int(unscored_mask(mine).sum())
     scored = mine[mine["status"] == STATUS_OK]
     human = scored[label].map(category) if label in scored.columns else pd.Series(None, index=scored.index)
-    judge = _judged(scored)
+    judge = judged(scored, verdicts)
     verdicts = set(judge.dropna()) <= {"pass", "fail"}
     if verdicts:
         human = human.map(as_verdict)

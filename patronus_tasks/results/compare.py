@@ -26,6 +26,8 @@ from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import MetricValue, UsageTotal
 from patronus_tasks.record.records import STATUS_ERROR, STATUS_OK
 from patronus_tasks.results.experiment import Experiment
+from patronus_tasks.results.reviewed import AgreementChange
+from patronus_tasks.results.reviewed import changes as agreement_changes
 from patronus_tasks.results.stats import bootstrap, mcnemar, paired_pass_ci
 from patronus_tasks.results.store import load_pair
 from patronus_tasks.results.summary import unscored_mask
@@ -98,6 +100,8 @@ class Comparison:
     #: "Errors" only when there are more than before (a known bad row is no news nightly).
     errors_a: int | None = None
     errors_b: int | None = None
+    #: Judges with human labels in both runs: their kappa with people in each (`reviewed`).
+    agreements: list[AgreementChange] = field(default_factory=list)
 
     @property
     def cost_a(self) -> float | None:
@@ -135,6 +139,7 @@ class Comparison:
                              f"a judge that did not answer): {', '.join(names)}")
         for e in self.evaluators:
             lines.extend(_format_one(e, rows_shown))
+        lines += ["", *(c.said() for c in self.agreements)] if self.agreements else []
         return "\n".join(lines + self.format_metrics() + self.format_usage())
 
     def format_metrics(self) -> list[str]:
@@ -381,7 +386,8 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
                       datasets_differ=None not in hashes and len(hashes) > 1,
                       only_in_a=len(sids_a - sids_b), only_in_b=len(sids_b - sids_a),
                       pairing=pairing, usage_a=usage_totals(dfa), usage_b=usage_totals(dfb),
-                      metrics_a=a.metrics, metrics_b=b.metrics)
+                      metrics_a=a.metrics, metrics_b=b.metrics,
+                      agreements=agreement_changes(a, dfa, b, dfb))
 
 
 def _natural(sids: pd.Series) -> pd.Series:

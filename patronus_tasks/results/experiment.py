@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from patronus_tasks.exceptions import ConfigError
+from patronus_tasks.record import labels as _labels
 from patronus_tasks.record import parquet as _parquet
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import Manifest, MetricValue
@@ -117,6 +118,12 @@ class Experiment:
         if final.exists():
             return read_spans(final).to_pandas()
         return spans_table(_parquet.read_results(self.location)).to_pandas()  # not finished
+
+    def labels(self) -> pd.DataFrame:
+        """What people said of its rows (``labels.parquet``, written by `review`): one row
+        per (``sid``, ``evaluator``, ``reviewer``) with the ``label``, the reviewer's
+        ``note`` and when (``reviewed_at``, UTC); empty when no one reviewed it."""
+        return _labels.read_labels(self.location)
 
     def to_csv(self, path_or_buf: Any = None, **kwargs: Any) -> str | None:
         """Write (or return, with no path) the records as CSV."""

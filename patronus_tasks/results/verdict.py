@@ -22,6 +22,7 @@ from typing import Any, Literal
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
+from patronus_tasks.results.reviewed import AgreementChange
 from patronus_tasks.results.summary import Summary
 
 #: How far a pass rate (or mean score) may fall before a run is called worse: 5 points.
@@ -137,30 +138,50 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
     evaluators = comparison.evaluators if isinstance(comparison, Comparison) else []
     worse = [e for e in evaluators if rule.movement(e) == "worse"]
     better = [e for e in evaluators if rule.movement(e) == "better"]
+    judges = comparison.agreements if isinstance(comparison, Comparison) else []
+    trusted_less = [c for c in judges if agreement_moved(c, rule) == "worse"]
+    trusted_more = [c for c in judges if agreement_moved(c, rule) == "better"]
     failures = [*gate_failures, *regression_failures(comparison, rule)]
     errors = summary.task_errors + summary.evaluator_errors
     unknown = ("Not compared" if not_compared(comparison) else "First run"
                if isinstance(comparison, str) else "Completed")
-    name = ("Gate failed" if failures else "Regressed" if worse
+    name = ("Gate failed" if failures else "Regressed" if worse or trusted_less
             else "Errors" if errors and _more_errors(comparison)
-            else "Improved" if better else "Unchanged" if evaluators else unknown)
-    tags = (["regressed", *(f"regressed:{e.evaluator}" for e in worse)] if worse else [])
+            else "Improved" if better or trusted_more else "Unchanged" if evaluators else unknown)
+    fell = [*(e.evaluator for e in worse), *(c.evaluator for c in trusted_less)]
+    tags = ["regressed", *(f"regressed:{n}" for n in fell)] if fell else []
     tags += ["gate-failed"] if failures else []
     tags += ["errors"] if errors else []
     tags += ["not-compared"] if not_compared(comparison) else []
-    lines = [*summary.headlines(), *comparison_lines(comparison, rule)]
-    return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures),
+    lines = [*summary.headlines(), *comparison_lines(comparison, rule),
+             *(f"vs previous run {comparison.a}: {c.said()}" for c in judges
+               if isinstance(comparison, Comparison))]
+    moved = [c.said() for c in (*trusted_less, *trusted_more)]
+    return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures, moved),
                        tags=list(dict.fromkeys(tags)), lines=lines,
-                       worse=[e.evaluator for e in worse], better=[e.evaluator for e in better],
+                       worse=list(dict.fromkeys(fell)),
+                       better=[*(e.evaluator for e in better), *(c.evaluator for c in trusted_more)],
                        failures=failures)
 
 
+def agreement_moved(change: AgreementChange, rule: Rule) -> Movement:
+    """A judge's kappa with people against the previous run's: ``worse`` when it fell by
+    the rule's drop for that judge (5 points by default), ``better`` when it rose as much."""
+    diff, drop = change.diff, rule.drop_for(change.evaluator)
+    if diff is not None and diff <= -drop + _EPS:
+        return "worse"
+    if diff is not None and diff >= drop - _EPS:
+        return "better"
+    return "same"
+
+
 def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
-             better: list[EvaluatorComparison], rule: Rule, failures: list[str]) -> str:
+             better: list[EvaluatorComparison], rule: Rule, failures: list[str],
+             judges: Sequence[str] = ()) -> str:
     head = f"{name}: "
     if failures:
         head += "quality gate failed: " + "; ".join(failures) + ". "
-    moved = [said(e, rule) for e in (*worse, *better)]
+    moved = [*(said(e, rule) for e in (*worse, *better)), *judges]
     return head + ("; ".join(moved) + ". " if moved else "") + summary.headline()
 
 
