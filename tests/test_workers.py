@@ -67,14 +67,14 @@ def test_a_step_the_workers_cannot_import_is_named_at_once(prefect_server: str, 
     def uses_helper(row: Row) -> str:
         return str(only_here.model(row.sid))
 
-    monkeypatch.setenv("PATRONUS_TASKS_WORKER_PROBE_SECONDS", "20")
-    start = time.monotonic()
+    # Said by the worker that tried (not by the probe's wait running out, whose message
+    # differs): no clock in the test, which a loaded machine would fail.
+    monkeypatch.setenv("PATRONUS_TASKS_WORKER_PROBE_SECONDS", "300")
     with pytest.raises(ExperimentError) as caught:
         _run(cluster, results_dir, "missing-module", task=uses_helper)
     said = str(caught.value)
     assert "cannot load the step 'uses_helper'" in said, said
     assert "No module named 'only_here'" in said and "install the module on every worker" in said
-    assert time.monotonic() - start < 20
     sys.modules.pop("only_here", None)
 
 
@@ -92,16 +92,18 @@ def test_another_version_on_the_workers_is_refused(prefect_server: str, cluster:
 def test_code_that_kills_the_workers_stops_the_run_with_a_reason(
         prefect_server: str, cluster: Any, results_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATRONUS_TASKS_WORKER_PROBE_SECONDS", "30")
+    # Dask's KilledWorker, said as such (the probe's wait running out says "no task runner
+    # worker ran the experiment's probe"): no clock in the test.
+    monkeypatch.setenv("PATRONUS_TASKS_WORKER_PROBE_SECONDS", "300")
     crashing_loader.__dict__["bomb"] = DiesWhenLoaded()  # goes with the step to the workers
     try:
-        start = time.monotonic()
-        with pytest.raises(ExperimentError, match="died loading"):
+        with pytest.raises(ExperimentError, match="the task runner's workers died loading the "
+                                                  "experiment's code"):
             _run(cluster, results_dir, "dies", evaluators=[crashing_loader])
-        assert time.monotonic() - start < 45
     finally:
         crashing_loader.__dict__.pop("bomb", None)
-    until(lambda: len(cluster.scheduler_info["workers"]) == 2, "the workers back", 60)
+    # Each nanny starts its worker again; a guard against a hang, not a speed check.
+    until(lambda: len(cluster.scheduler_info["workers"]) == 2, "the workers back", 300)
 
 
 @task
