@@ -17,7 +17,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 
 from patronus_tasks.prefect.events import Call, State
-from patronus_tasks.prefect.recorder import taskruns
+from patronus_tasks.prefect.recorder import outbox
 from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
 from patronus_tasks.prefect.runs.flow import FINAL_STATES
 
@@ -220,7 +220,7 @@ def test_the_rows_batch_still_filling_goes_ahead_once_due(monkeypatch: pytest.Mo
     last_rows = recorder.take(flush=True)
     assert last_rows is not None and last_rows.mark[1] in answered and last_rows.count == 40
 
-    monkeypatch.setattr(taskruns, "ROWS_WAIT", 0.0)  # as if it had waited that long
+    monkeypatch.setattr(outbox, "ROWS_WAIT", 0.0)  # as if it had waited that long
     recorder, judged, answered = recorder_of(1000, 40)
     aged = recorder.take(flush=True)
     assert aged is not None and aged.mark[1] in answered

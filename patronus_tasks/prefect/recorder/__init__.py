@@ -6,6 +6,7 @@
     main.py       the process itself (``python -m patronus_tasks.prefect.recorder``: its
                   ``__main__`` defers coolname, which Prefect imports unused: `lazy`)
     taskruns.py   `TaskRunRecorder`: task runs and their states queued as Prefect events
+    outbox.py     its `Outbox`: the batches waiting, in the order they go, and its counts
     poster.py     its `Poster`: posts them, asks what the server holds, resends the rest
     backlog.py    what is held after a stall, and asked of the server (the pace a server
                   that limits the rate allows: `http.Pace`)

@@ -1,4 +1,4 @@
-"""The loop posting one `TaskRunRecorder`'s events to Prefect, on the background loop.
+"""The loop posting one recorder's events (its `Outbox`) to Prefect, on the background loop.
 
 It posts what fits within the recorder's ``max_ahead``, asks the server every
 `_POLL_SECONDS` what it recorded, puts back what a server lost or refused (its rate: after
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import httpx
 from prefect.client.orchestration import PrefectClient
@@ -20,9 +19,7 @@ from patronus_tasks.http import RateLimited
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import EventBatch
 from patronus_tasks.prefect.recorder.backlog import still_needed
-
-if TYPE_CHECKING:
-    from patronus_tasks.prefect.recorder.taskruns import TaskRunRecorder
+from patronus_tasks.prefect.recorder.outbox import Outbox
 
 logger = logging.getLogger("patronus_tasks.records")
 _FLUSH_SECONDS = 0.25
@@ -41,7 +38,7 @@ _MIN_SPLIT = 25
 class Poster:
     """The loop posting one recorder's events and checking what the server recorded."""
 
-    def __init__(self, recorder: TaskRunRecorder, client: PrefectClient) -> None:
+    def __init__(self, recorder: Outbox, client: PrefectClient) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
         self.stall_after, self.stalls = recorder.limits.stall_seconds, 0  # resends since progress
