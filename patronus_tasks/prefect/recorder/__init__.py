@@ -14,6 +14,6 @@
 May import: Prefect's client side, the modules of `prefect` shared by its rooms, `ui`
 (the recorder publishes the artifacts), `server.hook`, `run.background`, `run.modes`
 and the ground modules. `main`'s imports are the process's start-up: nothing of pandas,
-pyarrow, `record`, `results` or `report` until a run's rows are done (pyproject's
-import contracts, checked by tests/test_lint.py).
+pyarrow, `record`, `results` or `report` (pyproject's import contracts, checked by
+tests/test_lint.py); the post-run's modules load in a thread from there on (`main._preload`).
 """

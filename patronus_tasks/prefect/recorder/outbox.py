@@ -160,6 +160,12 @@ class Outbox:
             await asyncio.wait_for(self._wake.wait(), timeout)
         self._wake.clear()
 
+    def all_posted(self) -> bool:
+        """No more events will come and none waits to be posted (some may wait for the
+        server to record them)."""
+        with self._lock:
+            return self._closed and not any(self._queues)
+
     def outstanding(self) -> bool:
         """Events not yet recorded (waiting, or posted), or logs not yet sent."""
         with self._lock:
