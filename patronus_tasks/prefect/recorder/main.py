@@ -405,8 +405,8 @@ def main() -> None:
 
 def _exit() -> None:
     """End the process once its work is done, the interpreter's teardown left out: with
-    Prefect, pandas, pyarrow and matplotlib loaded, it took 0.8-3.3 s after the last exit
-    hook (measured under load 10), which the experiment's process waited out before it
+    Prefect, pandas, pyarrow and matplotlib loaded, it took 0.8-4.7 s after the last exit
+    hook (measured under load 10-14), which the experiment's process waited out before it
     exited. The exit hooks still run (one stops a built-in server this process started),
     then the streams are flushed."""
     atexit._run_exitfuncs()
