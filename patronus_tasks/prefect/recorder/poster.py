@@ -27,8 +27,8 @@ _FLUSH_SECONDS = 0.25
 #: How often to ask the server what it recorded.
 _POLL_SECONDS = 0.5
 #: ... once the run's events are all posted and at most `_TAIL_EVENTS` wait to be recorded:
-#: then nothing else is left to do, and every poll the answer waited for was up to half a
-#: second of every run's end (each poll is a primary-key look-up or two). A big run's
+#: nothing else is left to do then, and the time to the next poll was added to every
+#: run's end (up to half a second; a poll is a primary-key look-up or two). A big run's
 #: long catch-up is still asked every `_POLL_SECONDS`, until its last batch.
 _TAIL_POLL_SECONDS = 0.1
 _TAIL_EVENTS = BATCH_EVENTS
