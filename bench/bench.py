@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench.py                 # every scenario (several minutes)
     .venv/bin/python bench/bench.py --scenario c16  # c16, c64, c256, taskless, record, startup
+    .venv/bin/python bench/bench.py --scenario whole --server up   # a 10-row script's exit
     .venv/bin/python bench/bench.py --scenario record --server builtin --server production2
 
 Starts a Prefect server on 127.0.0.1 (tuned as `patronus-tasks server up` does; `--server`
@@ -33,6 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import recording  # noqa: E402
+import whole_script  # noqa: E402
 from servers import SERVERS, Server, settle, start, tree_cpu, wait  # noqa: E402
 
 #: The real Patronus SDK's runner runs in its own venv (see patronus_sdk_workload.py):
@@ -240,7 +242,8 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scenario", choices=[*SCENARIOS, "startup", "fixed"], action="append")
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "startup", "fixed", "whole"],
+                        action="append")
     parser.add_argument("--modes", help="comma-separated modes to run (plain always runs)")
     parser.add_argument("--server", choices=SERVERS, action="append",
                         help="the Prefect server to record to (servers.py; several: each in "
@@ -264,7 +267,7 @@ def main() -> None:
     if args.rows:
         for scenario in SCENARIOS.values():
             scenario["rows"] = args.rows
-    chosen = args.scenario or ["fixed", *SCENARIOS, "startup"]
+    chosen = args.scenario or ["fixed", "whole", *SCENARIOS, "startup"]
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     if "startup" in chosen:
         startup(Path(tempfile.mkdtemp(prefix="bench-startup-")))
@@ -277,6 +280,9 @@ def main() -> None:
             for name in (n for n in chosen if n != "startup"):
                 if name == "fixed":
                     fixed_cost(server.api_url)
+                    continue
+                if name == "whole":
+                    whole_script.run(server.api_url, max(args.repeat, 5))
                     continue
                 run_scenario(name, SCENARIOS[name], server, args.modes, args.repeat)
         finally:

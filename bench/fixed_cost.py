@@ -1,6 +1,7 @@
 """The fixed cost of one experiment: 10 rows, the first experiment of a fresh process.
 
-    python bench/fixed_cost.py MODE       # prints one JSON line
+    python bench/fixed_cost.py MODE                # prints one JSON line
+    python bench/fixed_cost.py MODE --whole NAME   # a user's script (whole_script.py)
 
 Times the `run_experiment` call alone (the imports of this script come before it, as
 in any script), then, for ``prefect``, how long after its return until every call's task
@@ -60,8 +61,22 @@ def _api() -> httpx.Client:
     return api
 
 
+def whole(mode: Literal["local", "prefect"], name: str) -> None:
+    """As a user's script: the experiment, then `wait_recorded`; prints when each
+    returned (``time.time()``: the measuring process compares them with its own)."""
+    exp = run_experiment(name, data=[{"evaluated_model_input": f"q{i}"} for i in range(ROWS)],
+                         task=upper, evaluators=[long_enough], backend=mode,
+                         results_dir="/tmp/bench-whole", print_summary=False)
+    returned = time.time()
+    exp.wait_recorded()
+    print(json.dumps({"returned": returned, "recorded": time.time()}), flush=True)
+
+
 def main() -> None:
     mode: Literal["local", "prefect"] = "prefect" if sys.argv[1] == "prefect" else "local"
+    if sys.argv[2:3] == ["--whole"]:
+        whole(mode, sys.argv[3])
+        return
     api = _api() if mode == "prefect" else None
     start = time.perf_counter()
     exp = run_experiment("fixed-cost", data=[{"evaluated_model_input": f"q{i}"} for i in range(ROWS)],

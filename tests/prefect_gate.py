@@ -3,7 +3,8 @@ with the posts of events: a server slow to take them (held), one that takes them
 loses them (a restart), one that limits their rate (Prefect Cloud's 429s); and for what a
 test looks at or changes in them on their way (`Gate.on_events`), or a server slow to take
 logs (`Gate.log_delay`); a busy database refusing flow runs (`Gate.busy_flow_runs`); a
-server without a route (`Gate.hidden`).
+server without a route (`Gate.hidden`); an event persister that has stored nothing yet
+(`Gate.unstored`).
 
 Everything else passes through untouched; the recorder process of the experiment under
 test talks to the gate as to any Prefect API (``PREFECT_API_URL``).
@@ -62,6 +63,10 @@ class Gate:
     #: Paths (under /api) answered 404, as a server without such a route (Prefect Cloud
     #: has no ``/admin/settings``).
     hidden: set[str] = field(default_factory=set)
+    #: ``POST /api/events/filter`` finds no event, as on a server whose event persister
+    #: has not flushed yet (every 5 s by Prefect's default); counted in ``filters``.
+    unstored: bool = False
+    filters: int = 0
     creating: int = 0  # posts of flow runs forwarded and not answered yet
     most_creating: int = 0  # the most at once
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -135,6 +140,11 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
                     body = gate.on_events(body)
             if path.removeprefix("/api") in gate.hidden:
                 decided = 404, {}
+            if self.command == "POST" and path == "/api/events/filter" and gate.unstored:
+                gate.filters += 1
+                self._answer(200, {"content-type": "application/json"},
+                             b'{"events": [], "total": 0, "next_page": null}')
+                return
             if decided is not None:
                 self._answer(decided[0], decided[1], b"{}")
                 return

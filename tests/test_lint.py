@@ -47,6 +47,10 @@ PROBES = [
     ("prefect/ui/_probe.py", "from patronus_tasks.prefect.runs import flow", "Prefect's rooms"),
     ("prefect/recorder/taskruns.py", "import pandas", "The recorder process starts light"),
     ("results/_probe.py", "from patronus_tasks.results import _probe2", "No import circle"),
+    # A circle one of whose sides imports for type hints alone (the poster and the
+    # recorder it posts for were one, issue 49).
+    ("prefect/recorder/poster.py", "import typing\nif typing.TYPE_CHECKING:\n"
+     "    from patronus_tasks.prefect.recorder import taskruns", "No import circle"),
 ]
 
 
@@ -56,6 +60,9 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "patronus_tasks", tmp_path / "patronus_tasks",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "tests").mkdir()  # the project's own contract types (pyproject's contract_types)
+    for helper in ("__init__.py", "import_contracts.py"):
+        shutil.copy(ROOT / "tests" / helper, tmp_path / "tests")
     for module, line, _ in PROBES:
         target = tmp_path / "patronus_tasks" / module
         target.write_text((target.read_text() if target.exists() else "") + f"\n{line}\n")

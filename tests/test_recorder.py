@@ -17,7 +17,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 
 from patronus_tasks.prefect.events import Call, State
-from patronus_tasks.prefect.recorder import taskruns
+from patronus_tasks.prefect.recorder import outbox
 from patronus_tasks.prefect.recorder.taskruns import Limits, TaskRunRecorder
 from patronus_tasks.prefect.runs.flow import FINAL_STATES
 
@@ -204,6 +204,29 @@ def test_events_the_server_took_and_lost_go_again_under_new_ids(prefect_gate: Ga
     assert first_ids & {e["id"] for e in resent}  # ... once the same ids did not do
 
 
+def test_the_end_of_a_run_waits_for_its_task_runs_not_for_the_event_persister(
+        prefect_gate: Gate) -> None:
+    # Once every event is posted, a batch counts when its task runs are final: a persister
+    # that has stored none of them yet (its flush, 5 s by Prefect's default, 1 s under
+    # `server up`) held every run's end that long; here, for the whole grace (600 s, no
+    # stall's resend meanwhile). While events are still to be posted, it is waited for
+    # (the bound it keeps: test_recorders_posting_at_once_stay_within_the_bound_together).
+    prefect_gate.unstored = True
+
+    async def record() -> tuple[str, TaskRunRecorder]:
+        flow_run_id = await _new_flow_run("persister-late")
+        limits = Limits(stall_seconds=600, persister_grace_seconds=600)
+        recorder = TaskRunRecorder(flow_run_id, [], limits=limits)
+        _record(recorder, "evaluator-short", 40)
+        recorder.close()
+        return flow_run_id, recorder.start()
+
+    flow_run_id, recorder = asyncio.run(record())
+    assert recorder.wait(60) and recorder.recorded == 40 and recorder.lost == 0
+    assert _count(flow_run_id) == 40
+    assert recorder.backlog.persisting  # (not taken to be off: it was not waited for)
+
+
 def test_the_rows_batch_still_filling_goes_ahead_once_due(monkeypatch: pytest.MonkeyPatch) -> None:
     # Evaluators' batches fill faster than the rows': a rows' batch still filling went
     # only once every full evaluators' batch had, so the last rows of a big run showed
@@ -220,7 +243,7 @@ def test_the_rows_batch_still_filling_goes_ahead_once_due(monkeypatch: pytest.Mo
     last_rows = recorder.take(flush=True)
     assert last_rows is not None and last_rows.mark[1] in answered and last_rows.count == 40
 
-    monkeypatch.setattr(taskruns, "ROWS_WAIT", 0.0)  # as if it had waited that long
+    monkeypatch.setattr(outbox, "ROWS_WAIT", 0.0)  # as if it had waited that long
     recorder, judged, answered = recorder_of(1000, 40)
     aged = recorder.take(flush=True)
     assert aged is not None and aged.mark[1] in answered

@@ -75,29 +75,40 @@ class Backlog:
         return sum(b.count for b in self.posted)
 
     async def refresh(self, client: PrefectClient, persister_off_after: int,
-                      grace: float) -> list[EventBatch]:
+                      grace: float, last: bool = False) -> list[EventBatch]:
         """Ask the server which marks it holds; drop the recorded batches; return the lost
         ones (taken out of `posted`, to be sent again).
 
         The persister is taken to be off once the recorder has taken
         ``persister_off_after`` events and, ``grace`` seconds after it took the first,
         not one was stored (it flushes every 5 s by default; the recorder can be faster).
+
+        ``last``: every event of the run is posted. A batch then counts once its task
+        runs are final, the persister's storing of its events not waited for. Nothing
+        sent depends on it (a batch whose task runs are final is never sent again:
+        `still_needed`), and what it guards while events are posted, the persister's
+        queue within the broker's bound (`max_ahead` counts batches until both consumers
+        have them), no longer grows. Waited for, it was every run's end: the persister's
+        flush interval (1 s under `server up`, 5 s Prefect's default), and on a server
+        without one the 2 s before its settings are asked (`_ASK_AFTER`).
         """
         batches = list(self.posted)[:_LOOKUP]
         if not batches:
             return []
         runs = await _recorded_marks(client, batches)
         stored = runs
-        if self.persisting:
+        if self.persisting and not last:
             stored = await _stored_marks(client, batches)
             self._note_recorder(batches, runs, stored)
             await self._ask_settings(client)
             if self.persister_silent(persister_off_after, grace):
                 stored = runs
+        persisting = self.persisting and not last
         # A batch sent again is never sent whole: what the persister lacks of states the
         # server holds stays out (`still_needed`), so its mark's task run is enough.
         marked = [r and (s or b.posts > 1) for r, s, b in zip(runs, stored, batches, strict=True)]
-        done = [m and await self._complete(client, b) for b, m in zip(batches, marked, strict=True)]
+        done = [m and await self._complete(client, b, persisting)
+                for b, m in zip(batches, marked, strict=True)]
         lost = [b for i, b in enumerate(batches)
                 if not done[i] and _overtaken(b, marked[i] or _before_found(runs, i)
                                               or _before_found(stored, i))]
@@ -106,14 +117,14 @@ class Backlog:
         self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
         return lost
 
-    async def _complete(self, client: PrefectClient, batch: EventBatch) -> bool:
+    async def _complete(self, client: PrefectClient, batch: EventBatch, persisting: bool) -> bool:
         """Whether the server holds every task run of ``batch`` in its final state, and
-        (the persister on) every event."""
+        (``persisting``) every event."""
         events = orjson.loads(batch.body())
         finals = [e["resource"]["prefect.resource.id"].removeprefix("prefect.task-run.")
                   for e in events if e["resource"]["prefect.state-type"] in FINAL_TYPES]
         runs = await _count_final(client, finals) if finals else 0
-        stored = await _count_events(client, [e["id"] for e in events]) if self.persisting \
+        stored = await _count_events(client, [e["id"] for e in events]) if persisting \
             else len(events)
         batch.missing = (len(finals) - runs, len(events) - stored)
         if batch.missing[0] == 0 and batch.missing[1] and batch.posts > 1:

@@ -1,9 +1,10 @@
-"""The loop posting one `TaskRunRecorder`'s events to Prefect, on the background loop.
+"""The loop posting one recorder's events (its `Outbox`) to Prefect, on the background loop.
 
 It posts what fits within the recorder's ``max_ahead``, asks the server every
-`_POLL_SECONDS` what it recorded, puts back what a server lost or refused (its rate: after
-its ``Retry-After``), sends everything outstanding again after a stall, and gives up
-(counting the rest lost) after the recorder's ``give_up_seconds`` without progress.
+`_POLL_SECONDS` what it recorded (`_TAIL_POLL_SECONDS` for a run's last events), puts back
+what a server lost or refused (its rate: after its ``Retry-After``), sends everything
+outstanding again after a stall, and gives up (counting the rest lost) after the
+recorder's ``give_up_seconds`` without progress.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import httpx
 from prefect.client.orchestration import PrefectClient
@@ -20,14 +20,18 @@ from patronus_tasks.http import RateLimited
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import EventBatch
 from patronus_tasks.prefect.recorder.backlog import still_needed
-
-if TYPE_CHECKING:
-    from patronus_tasks.prefect.recorder.taskruns import TaskRunRecorder
+from patronus_tasks.prefect.recorder.outbox import BATCH_EVENTS, Outbox
 
 logger = logging.getLogger("patronus_tasks.records")
 _FLUSH_SECONDS = 0.25
 #: How often to ask the server what it recorded.
 _POLL_SECONDS = 0.5
+#: ... once the run's events are all posted and at most `_TAIL_EVENTS` wait to be recorded:
+#: nothing else is left to do then, and the time to the next poll was added to every
+#: run's end (up to half a second; a poll is a primary-key look-up or two). A big run's
+#: long catch-up is still asked every `_POLL_SECONDS`, until its last batch.
+_TAIL_POLL_SECONDS = 0.1
+_TAIL_EVENTS = BATCH_EVENTS
 _WARN_SECONDS = 10.0
 #: Times a batch is sent before what the server still lacks of it counts lost. Sent again
 #: at most every `backlog.LOST_AFTER` (10 s): a server restarted with a backlog takes
@@ -41,7 +45,7 @@ _MIN_SPLIT = 25
 class Poster:
     """The loop posting one recorder's events and checking what the server recorded."""
 
-    def __init__(self, recorder: TaskRunRecorder, client: PrefectClient) -> None:
+    def __init__(self, recorder: Outbox, client: PrefectClient) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
         self.stall_after, self.stalls = recorder.limits.stall_seconds, 0  # resends since progress
@@ -52,7 +56,7 @@ class Poster:
         r = self.r
         await self._post()  # what waited for the flow run or the client goes at once
         while not r.closed or r.outstanding():
-            await r.wait_for_work(_FLUSH_SECONDS)
+            await r.wait_for_work(self._until_check())
             await self._post_logs()
             await self._check()
             await self._post()
@@ -108,16 +112,28 @@ class Poster:
         await asyncio.sleep(limited.seconds)
         self.waiting_since = time.monotonic()  # it answered: slow, not gone
 
+    def _poll_seconds(self) -> float:
+        tail = self.r.all_posted() and self.r.backlog.ahead() <= _TAIL_EVENTS
+        return _TAIL_POLL_SECONDS if tail else _POLL_SECONDS
+
+    def _until_check(self) -> float:
+        """Seconds to wait for work before the next poll is due (at most `_FLUSH_SECONDS`)."""
+        if not self.r.backlog.posted:
+            return _FLUSH_SECONDS
+        due = self.checked + self._poll_seconds() - time.monotonic()
+        return min(_FLUSH_SECONDS, max(0.0, due))
+
     async def _check(self) -> None:
-        """Every `_POLL_SECONDS`: what did the server record, and what did it lose?"""
+        """Every `_poll_seconds`: what did the server record, and what did it lose?"""
         r, now = self.r, time.monotonic()
-        if not r.backlog.posted or now - self.checked < _POLL_SECONDS:
+        if not r.backlog.posted or now - self.checked < self._poll_seconds():
             self._note_progress(now)
             return
         self.checked = now
         try:
             lost = await r.backlog.refresh(self.client, persister_off_after=r.max_ahead,
-                                           grace=r.limits.persister_grace_seconds)
+                                           grace=r.limits.persister_grace_seconds,
+                                           last=r.all_posted())
         except Exception as exc:
             self._warn(f"could not read what Prefect recorded (will retry): {brief(exc)}")
             limited = RateLimited.of(exc)

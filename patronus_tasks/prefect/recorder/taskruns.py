@@ -10,76 +10,35 @@ Flow control: at most `Limits.max_ahead` events posted and not yet recorded (the
 events past 10,000 queued per consumer); ``share`` recorders posting to one server at once
 (Dask batches) keep a ``share``-th of that each. The rest wait here, serialised (~1 KB
 each), up to `MAX_BUFFERED_BYTES`; past that, calls wait (rows then go no faster than the
-server records them).
-
-Rows first: when full batches of the ``@task``'s events wait (each row's own task run),
-they go before the evaluators', so when the server lags (it records a call in several ms
-of CPU, the client makes one in ~0.1 ms), every row still shows up soon after the rows
-are done, its evaluators' task runs after.
+server records them). What waits, and in which order it goes: `outbox`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import datetime as dt
 import logging
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
-from patronus_tasks.http import Pace
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.clients import get_client
 from patronus_tasks.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
-from patronus_tasks.prefect.recorder.backlog import Backlog
+from patronus_tasks.prefect.recorder.outbox import DEFAULT_LIMITS, EVALUATORS, ROWS, Limits, Outbox
 from patronus_tasks.prefect.recorder.poster import Poster, brief
-from patronus_tasks.prefect.settings import STALL_SECONDS
 from patronus_tasks.run import background as _background
 
 logger = logging.getLogger("patronus_tasks.records")
-_BATCH_EVENTS = 500
-#: Events posted but not yet recorded, at most: half the broker's queue per consumer.
-MAX_AHEAD = 5_000
 #: Serialised events held here at most: past this, calls wait for the poster.
 MAX_BUFFERED_BYTES = 200 * 2**20
-#: With events outstanding and nothing recorded for this long, send them again (a server
-#: that restarted at the end of a run lost them, and nothing posted later shows the gap),
-#: then after twice as long each time (they go under new ids: a server merely slow would
-#: get them twice); with nothing recorded for `GIVE_UP_SECONDS`, count them lost. The
-#: recorder process takes the stall from $PATRONUS_TASKS_RECORDER_STALL_SECONDS (settings).
-GIVE_UP_SECONDS = 300.0
-#: How long the event persister may store nothing while the task-run recorder takes
-#: events, before it is taken to be switched off (three of its default flush intervals).
-PERSISTER_GRACE_SECONDS = 15.0
-#: Step log records waiting to be sent, at most (more are dropped, and counted).
-MAX_LOGS = 10_000
-_LOG_BATCH, _LOG_CHARS = 1_000, 10_000
-_AGAIN, _ROWS, _EVALUATORS = 0, 1, 2  # the recorder's queues, in the order they are posted
-#: The rows' batch still filling goes ahead of full evaluators' batches this old (seconds):
-#: a row's task run waits at most this long for its batch, and the evaluators, whose
-#: batches fill faster, are never held behind a stream of small ones.
-ROWS_WAIT = 2.0
+_LOG_CHARS = 10_000
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A recorder's bounds and patience (the constants above; tests give smaller ones)."""
-
-    max_ahead: int = MAX_AHEAD
-    max_logs: int = MAX_LOGS
-    stall_seconds: float = STALL_SECONDS
-    give_up_seconds: float = GIVE_UP_SECONDS
-    persister_grace_seconds: float = PERSISTER_GRACE_SECONDS
-
-
-class TaskRunRecorder:
+class TaskRunRecorder(Outbox):
     """Events of one flow run's calls, on their way to the Prefect server.
 
     ``running``, ``finished`` and ``log`` may be called from any thread; ``close`` says no
@@ -88,26 +47,14 @@ class TaskRunRecorder:
 
     def __init__(self, flow_run_id: str, tags: list[str], parent_task_run_id: str | None = None,
                  share: int = 1, on_progress: Callable[[TaskRunRecorder], None] | None = None,
-                 label: str = "", persisting: bool = True, limits: Limits = Limits()) -> None:
+                 label: str = "", persisting: bool = True, limits: Limits = DEFAULT_LIMITS) -> None:
+        super().__init__(share, persisting, limits)
         self.flow_run_id, self.label = flow_run_id, label
-        self.limits = limits
+        self.on_progress = on_progress
         self.run_key = flow_run_id  # the calls' task-run ids derive from it (`calls`)
         self.format = EventFormat(flow_run_id, tags, parent_task_run_id)
-        self.share = max(1, share)  # recorders posting to the server at once, this one included
-        self.on_progress = on_progress
-        self._queues: tuple[deque[EventBatch], ...] = (deque(), deque(), deque())
-        self._logs: deque[dict[str, Any]] = deque()
-        self._lock = threading.Lock()
-        self._buffered = 0  # bytes of the events waiting in the queues
-        self.backlog = Backlog(persisting)  # False: the server stores no events
-        self.expected = 0  # calls finished: task runs this recorder must see recorded
-        self.lost = self.logs_dropped = 0
-        self.pace = Pace()  # how fast the server takes events, when it limits the rate
-        self._closed = False
         self._finished = threading.Event()
         self._ended = False  # `ended`: set before the last progress note; `done` after it
-        self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- the experiment's side -------------------------------------------------------
 
@@ -119,11 +66,11 @@ class TaskRunRecorder:
 
     def running(self, call: Call, run_count: int) -> None:
         """``call`` has been running a while: show it as Running."""
-        self._push(_ROWS, self.format.event(call, RUNNING, run_count, call.start), final=False)
+        self._push(ROWS, self.format.event(call, RUNNING, run_count, call.start), final=False)
 
     def finished(self, call: Call, state: State, run_count: int, end: dt.datetime) -> None:
         """``call`` ended in ``state``."""
-        queue = _ROWS if call.task_key.startswith("task-") else _EVALUATORS
+        queue = ROWS if call.task_key.startswith("task-") else EVALUATORS
         self._push(queue, self.format.event(call, state, run_count, end, end), final=True)
 
     def log(self, record: dict[str, Any]) -> None:
@@ -138,38 +85,25 @@ class TaskRunRecorder:
     def _push(self, queue: int, event: dict[str, Any], final: bool) -> None:
         with self._lock:
             batches = self._queues[queue]
-            if not batches or batches[-1].count >= self._batch_size():
+            if not batches or batches[-1].count >= self.batch_size():
                 batches.append(EventBatch(queue))
                 if len(batches) > 1:
-                    self._poke()
+                    self.poke()
             self._buffered += batches[-1].add(event, final)
             self.expected += final
 
     async def backpressure(self) -> None:
         """Wait while the events waiting here are over their bound."""
         while self._buffered >= MAX_BUFFERED_BYTES and not self._finished.is_set():
-            self._poke()
+            self.poke()
             await asyncio.sleep(0.05)
 
     def close(self) -> None:
         """No more events: post what is left; the server catches up in the background."""
         self._closed = True
-        self._poke()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _poke(self) -> None:
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+        self.poke()
 
     # -- progress ------------------------------------------------------------------------
-
-    @property
-    def recorded(self) -> int:
-        """Task runs the server holds in their final state."""
-        return self.backlog.recorded
 
     @property
     def buffered(self) -> int:
@@ -202,6 +136,13 @@ class TaskRunRecorder:
             if report is not None:
                 report(self)
 
+    def tell_progress(self) -> None:
+        if self.on_progress is not None:
+            try:
+                self.on_progress(self)
+            except Exception as exc:
+                logger.warning("could not note Prefect's progress: %s", exc)
+
     def describe(self) -> str:
         left = self.expected - self.recorded - self.lost
         return f"Prefect to record {left} of {self.expected} task runs" + (
@@ -209,16 +150,8 @@ class TaskRunRecorder:
 
     # -- the background loop's side ------------------------------------------------------
 
-    @property
-    def max_ahead(self) -> int:
-        """Events this recorder may have posted and not yet recorded: its share."""
-        return max(1, self.limits.max_ahead // self.share)
-
-    def _batch_size(self) -> int:
-        return min(_BATCH_EVENTS, self.max_ahead)
-
     async def _run(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        self.listen()
         try:
             # Its own retries (and waits for Retry-After) only: the client's would hold
             # every post to a server that is down for a minute of back-off.
@@ -239,63 +172,3 @@ class TaskRunRecorder:
             self._ended = True
             self.tell_progress()
             self._finished.set()
-
-    # -- what its poster (`poster.Poster`, on the background loop) uses --------------------------
-
-    def tell_progress(self) -> None:
-        if self.on_progress is not None:
-            try:
-                self.on_progress(self)
-            except Exception as exc:
-                logger.warning("could not note Prefect's progress: %s", exc)
-
-    def take(self, flush: bool) -> EventBatch | None:
-        """The next batch to post: one to send again, else a full one (rows first), else,
-        when ``flush``, a partly filled one. The rows' batch still filling counts as full
-        once `ROWS_WAIT` old or when no more calls come: else, while evaluators' batches
-        were full, it waited behind all of them (the last rows of a 20,000-row run were
-        visible only when every evaluator's task run was)."""
-        with self._lock:
-            waiting = [q for q in self._queues if q]
-            full = [q for q in waiting if q[0].count >= self._batch_size() or len(q) > 1
-                    or (q is self._queues[_ROWS] and self._rows_due(q[0]))]
-            ready = [q for q in waiting if q is self._queues[_AGAIN]] or full or (
-                waiting if flush else [])
-            if not ready:
-                return None
-            batch = ready[0].popleft()
-            self._buffered -= len(batch.data)
-            return batch
-
-    def _rows_due(self, batch: EventBatch) -> bool:
-        return self._closed or time.monotonic() - batch.opened >= ROWS_WAIT
-
-    def put_back(self, batches: list[EventBatch]) -> None:
-        """Post these first next time, oldest first: posted before, to be sent again, or
-        taken and not posted, back where they waited."""
-        with self._lock:
-            for batch in reversed(batches):
-                self._queues[_AGAIN if batch.posts else batch.queue].appendleft(batch)
-                self._buffered += len(batch.data)
-
-    def take_logs(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [self._logs.popleft() for _ in range(min(len(self._logs), _LOG_BATCH))]
-
-    def put_back_logs(self, logs: list[dict[str, Any]]) -> None:
-        """Send these log records first next time (the server refused them for its rate)."""
-        with self._lock:
-            self._logs.extendleft(reversed(logs))
-
-    async def wait_for_work(self, timeout: float) -> None:
-        """Until something is pushed or closed (`_poke`), or ``timeout`` seconds."""
-        assert self._wake is not None, "posting starts in `_run`"
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        self._wake.clear()
-
-    def outstanding(self) -> bool:
-        """Events not yet recorded (waiting, or posted), or logs not yet sent."""
-        with self._lock:
-            waiting = any(self._queues) or bool(self._logs)
-        return waiting or bool(self.backlog.posted)

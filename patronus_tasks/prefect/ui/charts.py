@@ -15,6 +15,8 @@ import asyncio
 import base64
 import datetime as dt
 import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,35 +150,47 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
     await client.create_logs(logs)
 
 
-def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
-          history: list[dict[str, Any]], html_report: bool,
-          flow_run_id: str) -> tuple[str, str, Path | Location | None]:
-    """The report file and both markdowns, each chart drawn once (CPU work: run off the
-    event loop)."""
-    compared = comparison if isinstance(comparison, Comparison) else None
-    df = experiment.to_dataframe(SUMMARY_COLUMNS)
-    drawn = {name: _charts.draw(name, summary, df, compared)
-             for name in ("rates", "scores", "comparison")}
-    report = report_after_run(experiment, compared, drawn) if html_report else None
-    return (charts_markdown(title, experiment, summary, drawn, history, report),
-            parent_markdown(title, experiment, summary, drawn["rates"], report, flow_run_id),
-            report)
+@dataclass(frozen=True)
+class Drawn:
+    """A run's charts (PNG, by name; None: nothing to draw) and its HTML report's place."""
+
+    charts: dict[str, bytes | None]
+    report: Path | Location | None
+
+
+def draw_run(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
+             html_report: bool) -> Drawn | None:
+    """Each chart drawn once, and the HTML report written (unless ``html_report`` is
+    False): CPU work, run off the event loop while the artifacts before the charts are
+    posted. None, said in a warning, when it failed: pictures are extras, the run and
+    its results stand."""
+    try:
+        compared = comparison if isinstance(comparison, Comparison) else None
+        df = experiment.to_dataframe(SUMMARY_COLUMNS)
+        drawn = {name: _charts.draw(name, summary, df, compared)
+                 for name in ("rates", "scores", "comparison")}
+        return Drawn(drawn, report_after_run(experiment, compared, drawn) if html_report else None)
+    except Exception as exc:
+        logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
+        return None
 
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
-                         comparison: Comparison | str, history: list[dict[str, Any]],
-                         target: Target, html_report: bool = True) -> str | None:
-    """Write the HTML report (unless ``html_report`` is False) and publish
-    ``<series>-charts``; return what the parent flow run shows of the run (None: the
-    charts could not be drawn)."""
+                         history: list[dict[str, Any]], target: Target,
+                         drawing: Awaitable[Drawn | None]) -> str | None:
+    """Publish ``<series>-charts`` once ``drawing`` (`draw_run`) is done; return what the
+    parent flow run shows of the run (None: the charts could not be drawn)."""
+    drawn = await drawing
+    if drawn is None:
+        return None
     try:
-        charts_md, parent_md, _ = await asyncio.to_thread(
-            _make, title, experiment, summary, comparison, history, html_report,
-            target.flow_run_id)
-    except Exception as exc:  # pictures are extras: the run and its results stand
+        charts_md = await asyncio.to_thread(charts_markdown, title, experiment, summary,
+                                            drawn.charts, history, drawn.report)
+    except Exception as exc:  # the history's chart
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None
     await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
                                   description=description(title, summary.headline()),
                                   flow_run_id=target.flow_run_id), target.client)
-    return parent_md
+    return parent_markdown(title, experiment, summary, drawn.charts["rates"], drawn.report,
+                           target.flow_run_id)

@@ -7,8 +7,10 @@ after the results are written: nothing here is in front of the results.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prefect.states import Completed, Failed, State
 
@@ -16,11 +18,16 @@ from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
 from patronus_tasks.prefect.ui import artifacts as _artifacts
 from patronus_tasks.prefect.ui import series as _series
-from patronus_tasks.prefect.ui.charts import publish_charts, publish_to_parent
+from patronus_tasks.prefect.ui.charts import draw_run, publish_charts, publish_to_parent
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.results.experiment import Experiment
-from patronus_tasks.results.verdict import judge, rule_of
+from patronus_tasks.results.verdict import Rule, judge, rule_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from patronus_tasks.results.summary import Summary
 
 
 @dataclass
@@ -59,23 +66,56 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
     results read and set against it, their artifacts, the comparison, the history and
     the charts published; the verdict said (a gate that failed, ``closing.gate_failures``
     or a regression, fails it) on this flow run (tags) and on its parent (tags, figures)."""
-    previous = await _series.previous_run(p.series, p.target.client)
-    experiment = Experiment(p.out_dir)
-    df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
-    summary = experiment.summary(df)
-    rule = closing.rule or rule_of(None, closing.fail_on_regression)
-    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids, rule)
-    await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
-                             experiment)
-    await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
-    history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
-    parent_md = await publish_charts(p.series, p.title, experiment, summary, seen.comparison,
-                                     history, p.target, p.html_report)
-    note = judge(summary, seen.comparison, rule, closing.gate_failures)
+    run = await _against_previous(p, closing)
+    # Drawn while the artifacts before them are posted: matplotlib's ~1 s (more on a
+    # loaded machine) was the end of every small run, after all of them.
+    drawing = asyncio.ensure_future(asyncio.to_thread(
+        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report))
+    await _artifacts.publish(p.series, p.title, run.summary, run.df, run.experiment.results_path,
+                             p.target, run.experiment)
+    await _artifacts.publish_comparison(p.series, p.title, run.seen.markdown, run.seen.headline,
+                                        p.target)
+    history = await _artifacts.publish_history(p.series, run.seen.history_row, p.target)
+    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, history,
+                                     p.target, drawing)
+    note = judge(run.summary, run.seen.comparison, run.rule, closing.gate_failures)
     await add_tags(p.target.client, p.target.flow_run_id, note.tags)
     if p.parent is not None:
         await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
-    return _verdict(experiment, note)
+    return _verdict(run.experiment, note)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The run's results, read, and set against the series' previous run."""
+
+    experiment: Experiment
+    df: pd.DataFrame
+    summary: Summary
+    rule: Rule
+    seen: _series.InSeries
+
+
+async def _against_previous(p: Publishing, closing: Closing) -> _Run:
+    """The results read and compared in threads: the server is asked for the previous run
+    meanwhile, and the recorder's poster, on this loop, is not held up."""
+    asking = asyncio.ensure_future(_series.previous_run(p.series, p.target.client))
+    try:
+        experiment, df, summary = await asyncio.to_thread(_read, p.out_dir)
+    except BaseException:
+        asking.cancel()
+        raise
+    previous = await asking
+    rule = closing.rule or rule_of(None, closing.fail_on_regression)
+    seen = await asyncio.to_thread(_series.in_series, p.title, previous, experiment, summary,
+                                   p.target.ids, rule)
+    return _Run(experiment, df, summary, rule, seen)
+
+
+def _read(out_dir: Location) -> tuple[Experiment, pd.DataFrame, Summary]:
+    experiment = Experiment(out_dir)
+    df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
+    return experiment, df, experiment.summary(df)
 
 
 def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
