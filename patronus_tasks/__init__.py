@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from patronus_tasks.record.cache import Cache
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
+    from patronus_tasks.sweep.api import asweep, sweep
+    from patronus_tasks.sweep.result import Sweep
     from patronus_tasks.trace import span, traced
     from patronus_tasks.tracing import init
 
@@ -59,7 +61,7 @@ _HOMES = {
                      "UnparseableResponseError"], "exceptions"),
     "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
     "Summary": "results.summary", "init": "tracing", "traced": "trace",
-    "span": "trace",
+    "span": "trace", "sweep": "sweep.api", "asweep": "sweep.api", "Sweep": "sweep.result",
 }
 
 
@@ -100,12 +102,14 @@ __all__ = [
     "RemoteEvaluator",
     "Row",
     "Summary",
+    "Sweep",
     "Task",
     "TaskResult",
     "UnparseableResponseError",
     "Usage",
     "__version__",
     "arun_experiment",
+    "asweep",
     "evaluator",
     "init",
     "load_dataset",
@@ -115,6 +119,7 @@ __all__ = [
     "simple_evaluator",
     "simple_task",
     "span",
+    "sweep",
     "task",
     "traced",
 ]

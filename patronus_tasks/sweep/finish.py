@@ -1,0 +1,68 @@
+"""After a sweep's rows: its matrix as CSV, its HTML report and, on Prefect, its flow
+run's artifacts and state, in a thread the process waits for before it exits (the sweep
+returns as soon as its variants' results are written)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from patronus_tasks.run.background import Afterwards
+
+if TYPE_CHECKING:
+    from patronus_tasks.sweep.on_prefect import SweepRun
+    from patronus_tasks.sweep.result import Sweep
+
+logger = logging.getLogger("patronus_tasks")
+
+
+def _artifacts(sweep: Sweep) -> list[tuple[str, str, str]]:
+    """The sweep flow run's artifacts: (key, markdown, description)."""
+    from patronus_tasks.prefect.ui import links
+    from patronus_tasks.prefect.ui.keys import artifact_key
+    from patronus_tasks.sweep.charts import cost_axis, pareto_chart
+    from patronus_tasks.sweep.markdown import matrix_markdown, pareto_markdown
+
+    matrix, series = sweep.matrix(), sweep.file.series or f"{sweep.project}/{sweep.name}"
+    headline = f"{sweep.project}/{sweep.name}: {sweep.headline()}"
+    found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, links.flow_run),
+              headline)]
+    axis = cost_axis(matrix)
+    if axis is not None:
+        png = pareto_chart(matrix, sweep.baseline)
+        found.append((artifact_key(series, "pareto"),
+                      pareto_markdown(sweep, matrix, png, axis[0]), headline))
+    return found
+
+
+def _tags(sweep: Sweep) -> list[str]:
+    best = sweep.best()
+    return ([f"best:{best.label}"] if best is not None else []) + (
+        ["variant-failed"] if sweep.failed else [])
+
+
+def finish(sweep: Sweep, run: SweepRun | None, html_report: bool) -> None:
+    """The matrix's CSV and the report; the sweep's end handed to Prefect (always, said
+    what went wrong: its flow run must end)."""
+    artifacts: list[tuple[str, str, str]] = []
+    message, tags = "", []
+    try:
+        sweep.matrix_path.write_bytes(sweep.matrix().to_csv(index=False).encode("utf-8"))
+        message, tags = sweep.headline(), _tags(sweep)
+        if html_report:
+            from patronus_tasks.sweep.report import write_sweep_report
+
+            write_sweep_report(sweep)
+        if run is not None:
+            artifacts = _artifacts(sweep)
+    except Exception as exc:  # the variants' results stand; say what could not be made
+        logger.warning("could not finish the sweep %s: %s: %s", sweep.name, type(exc).__name__, exc)
+        message = message or f"the matrix could not be made: {type(exc).__name__}: {exc}"
+    finally:
+        if run is not None:
+            run.end(artifacts, message, tags, not sweep.experiments)
+
+
+def finish_afterwards(sweep: Sweep, run: SweepRun | None, html_report: bool) -> Afterwards:
+    return Afterwards(f"the matrix and report of sweep {sweep.project}/{sweep.name}",
+                      lambda: finish(sweep, run, html_report))
