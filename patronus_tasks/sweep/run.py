@@ -20,6 +20,7 @@ from patronus_tasks.exceptions import ConfigError, QualityGateError
 from patronus_tasks.execute.run import run_kept
 from patronus_tasks.execute.setup import make_spec, release_claim
 from patronus_tasks.record.location import Location
+from patronus_tasks.record.parquet import MANIFEST_FILE
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run import observers
 from patronus_tasks.run.loop import InProcess
@@ -202,6 +203,8 @@ class Variants:
         except Exception as exc:
             entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
             release_claim(spec.out_dir)  # only when nothing was written there
+            if not (spec.out_dir / MANIFEST_FILE).exists():  # a resume starts it afresh
+                entry.experiment = entry.experiment_id = None
             return
         except BaseException:
             entry.status = "interrupted"

@@ -75,9 +75,11 @@ class SharedCalls:
 
     async def find(self, step: Step, name: str, values: Mapping[str, Any]) -> Invocation | None:
         """Another variant's successful call with the same inputs, waited for if running."""
-        learned = self.learned.get(id(step))
-        for entry in list(self.entries.get((id(step), name), ())):
+        entries, i = self.entries.get((id(step), name), []), 0
+        while i < len(entries):  # calls claimed while this one waited are looked at too
+            entry, i = entries[i], i + 1
             if not entry.done.is_set():
+                learned = self.learned.get(id(step))
                 if learned is not None and _differ(values, entry.values, learned):
                     continue  # its call will not be ours: no need to wait for it
                 await entry.done.wait()
