@@ -5,6 +5,7 @@ returns as soon as its variants' results are written)."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from patronus_tasks.run.background import Afterwards
@@ -16,6 +17,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks")
 
 
+#: Seconds the artifacts wait for the variants' flow runs to exist (they link to them).
+FLOW_RUNS_WAIT = 30.0
+
+
+def _flow_runs_known(sweep: Sweep, timeout: float = FLOW_RUNS_WAIT) -> None:
+    """Until each variant's flow run is made (the recorder makes them one at a time, maybe
+    after the rows are done), or it is done without one."""
+    deadline = time.monotonic() + timeout
+    for e in sweep.experiments.values():
+        while e.manifest.flow_run_id is None and not e.wait_recorded(0.1):
+            if time.monotonic() > deadline:
+                return
+
+
 def _artifacts(sweep: Sweep) -> list[tuple[str, str, str]]:
     """The sweep flow run's artifacts: (key, markdown, description)."""
     from patronus_tasks.prefect.ui import links
@@ -23,6 +38,7 @@ def _artifacts(sweep: Sweep) -> list[tuple[str, str, str]]:
     from patronus_tasks.sweep.charts import cost_axis, pareto_chart
     from patronus_tasks.sweep.markdown import matrix_markdown, pareto_markdown
 
+    _flow_runs_known(sweep)
     matrix, series = sweep.matrix(), sweep.file.series or f"{sweep.project}/{sweep.name}"
     headline = f"{sweep.project}/{sweep.name}: {sweep.headline()}"
     found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, links.flow_run),
