@@ -26,6 +26,9 @@ from .conftest import RECORDED_WITHIN
 from .sweep_model import loopback, right, rows, says_answer
 from .waits import task_runs_with_states
 
+# Two nightly sweeps in a flow run, each waiting for its records: ~30-45 s under load.
+pytestmark = pytest.mark.heavy
+
 #: A variant's name as an attacker would write it: Markdown and HTML must show it as text.
 HOSTILE = "meh <img src=x onerror=alert(1)>|"
 
@@ -160,3 +163,31 @@ def test_the_sweep_report_shows_the_matrix_and_the_rows_side_by_side(swept: Any)
                            "document.getElementById('panel-body').innerText")
         assert "no idea" in panel and "right: not passed" in panel
         assert "spans of task" in panel and "chat meh" in panel
+
+
+def test_the_bundled_nightly_sweep_keeps_each_variant_s_own_series(prefect_server: str,
+                                                                  tmp_path: Path) -> None:
+    """flows/agent_sweep.py (prefect.yaml's agent-sweep-nightly), offline: its variants
+    are local policies; run twice, each variant's second night is compared with its own
+    first (not with the others', nor a first run again)."""
+    import importlib.util
+    import json
+
+    from .conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("agent_sweep", ROOT / "flows" / "agent_sweep.py")
+    assert spec is not None and spec.loader is not None
+    flows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flows)
+    data = tmp_path / "few.jsonl"
+    data.write_text("".join(line + "\n" for line in (
+        ROOT / "datasets" / "agent_tasks.jsonl").read_text().splitlines()[:3]))
+    nights = [flows.agent_sweep(dataset=str(data), results_dir=str(tmp_path / "results"),
+                                return_state=True) for _ in range(2)]
+    assert all(n.is_completed() and n.message.startswith("best: rules") for n in nights)
+    second = sorted((tmp_path / "results" / "agent-sweep").glob("nightly_*-2/manifest.json"))
+    assert len(second) == 3  # each policy's second night
+    for path in second:
+        manifest = json.loads(path.read_text())
+        assert manifest["series"] == f"agent-sweep/nightly/{manifest['tags']['variant']}"
+        assert manifest["verdict"]["name"] == "Unchanged", manifest["verdict"]
