@@ -144,6 +144,8 @@ def test_a_failed_variant_does_not_stop_the_others_and_resume_runs_only_what_is_
     assert list(again.experiments) == ["good", "weird"] and not again.failed
     assert again.location == first.location
     assert again.experiments["good"].location == first.experiments["good"].location
+    with pytest.raises(ConfigError, match="the dataset changed since the sweep"):
+        _local(results_dir, resume=True, **{**options, "data": rows(4)})
 
 
 def test_resume_goes_on_with_the_rows_an_interrupt_left(results_dir: Path) -> None:
@@ -198,3 +200,14 @@ def test_compare_takes_any_number_of_runs(results_dir: Path) -> None:
     assert "got worse" in gated.output
     reversed_ = runner.invoke(app, ["compare", folders[2], folders[0], folders[1], "--fail-on-worse"])
     assert reversed_.exit_code == 0, reversed_.output  # against the worst, none is worse
+
+
+def test_the_model_call_cache_is_one_for_the_sweep(results_dir: Path) -> None:
+    with loopback() as (model, answer):
+        options = {"data": rows(4), "task": answer, "evaluators": [right], "cache": True,
+                   "grid": {"model": ["good", "meh"]}, "share_outputs": False}
+        _local(results_dir, sweep_name="first", **options)
+        assert model.count() == 8
+        again = _local(results_dir, sweep_name="second", **options)
+    assert model.count() == 8  # every call answered from the one cache
+    assert all(e.manifest.cached_calls == 8 for e in again.experiments.values())

@@ -15,7 +15,7 @@ from patronus_tasks.define.dataset import DataInput, aload_data, load_dataset
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
 from patronus_tasks.run import background as _background
-from patronus_tasks.run.options import RunOptions, pick_data, split_run
+from patronus_tasks.run.options import RunOptions, given_flags, pick_data, split_run
 from patronus_tasks.settings import default_results_dir
 from patronus_tasks.sweep.plan import Plan, make_plan
 from patronus_tasks.sweep.result import Sweep
@@ -79,13 +79,18 @@ async def asweep(project_name: str, *, data: DataInput | None = None,
     plan = make_plan(grid, variants, baseline)
     common, wanted = split_run(options)
     check_options(common)
-    resume = bool(common.pop("resume", False))
+    # A runner's --resume (`options.giving`) goes on with a named sweep not told otherwise.
+    resume = bool(common.pop("resume", False) or (sweep_name and given_flags(options).get("resume")))
     series = _series(project_name, sweep_name, common.pop("series", None))
     dataset = load_dataset(pick_data(await aload_data(data),
                                      await aload_data(common.pop("dataset", None))))
     name = sweep_name or dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     root = Location.of(common.get("results_dir") or default_results_dir())
     earlier, earlier_folder = _earlier(root, project_name, sweep_name, resume)
+    if earlier is not None and earlier.dataset_sha256 not in (None, dataset.content_hash()):
+        raise ConfigError(f"the dataset changed since the sweep in {earlier_folder} (its content "
+                          "hash differs): resuming would set variants of different data side by "
+                          "side. Run it as a new sweep (resume=False).")
     prepared = prepare(project_name, plan, dataset, common, name, series, earlier, earlier_folder)
     file = _file(project_name, name, plan, prepared, dataset.content_hash(), earlier)
     file.series = series

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -34,6 +35,7 @@ class Sweep:
                             if label in experiments}
         self._run = run
         self._matrix: pd.DataFrame | None = None
+        self._lock = threading.Lock()
         self.afterwards: Afterwards | None = None  # the report and Prefect's end, in a thread
 
     @property
@@ -56,9 +58,10 @@ class Sweep:
         """One row per variant and evaluator (`sweep.matrix.COLUMNS`): pass rate and its
         95% interval, mean score, unscored and error counts, tokens, cost, latency, and
         against the baseline the rows worse and better, p, Holm's adjusted p, the verdict."""
-        if self._matrix is None:
-            self._matrix = build_matrix(self.experiments, self.baseline)
-        return self._matrix.copy()
+        with self._lock:  # the report's thread and the caller may both ask at once
+            if self._matrix is None:
+                self._matrix = build_matrix(self.experiments, self.baseline)
+            return self._matrix.copy()
 
     def pareto(self, quality: str | None = None, cost: str = "cost_usd") -> pd.DataFrame:
         """The variants no other beats on both ``quality`` (None: the mean of the pass
