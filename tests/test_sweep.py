@@ -211,3 +211,26 @@ def test_the_model_call_cache_is_one_for_the_sweep(results_dir: Path) -> None:
         again = _local(results_dir, sweep_name="second", **options)
     assert model.count() == 8  # every call answered from the one cache
     assert all(e.manifest.cached_calls == 8 for e in again.experiments.values())
+
+
+def test_the_report_shows_hostile_outputs_as_text(results_dir: Path) -> None:
+    """An output that would end the page's data element (``</script>``) or turn the HTML
+    parser's script escaping on (``<!--<script>``) is text in the report, the page whole."""
+    from .chromium import Browser, chromium_or_skip
+
+    chromium_or_skip()
+    hostile = "<!--<script>x</script></script><img src=x onerror=\"document.title='pwned'\">"
+
+    @task
+    def echo(evaluated_model_input: str, variant: Any) -> str:
+        return hostile if variant["mood"] == "bad" else evaluated_model_input
+
+    s = sweep("demo", data=rows(2), task=echo, evaluators=[says_answer], backend="local",
+              results_dir=results_dir, print_summary=False, grid={"mood": ["good", "bad"]})
+    assert s.wait_recorded(60)
+    with Browser() as b:
+        b.open(Path(str(s.report_path)).as_uri())
+        b.wait_for("document.querySelectorAll('#rows tbody tr').length === 2")
+        assert hostile in b.js("document.querySelector('#rows tbody').innerText")
+        assert b.js("document.querySelectorAll('img[src=\"x\"]').length") == 0
+        assert b.js("document.title") != "pwned"

@@ -113,8 +113,10 @@ def _pareto_section(sweep: Sweep, matrix: pd.DataFrame) -> str:
 
 
 def _json(data: Any) -> str:
-    """Data for a ``<script type=application/json>``: no ``</`` can end the element."""
-    return json.dumps(data, ensure_ascii=False, default=str).replace("</", "<\\/")
+    """Data for a ``<script type=application/json>``: every ``<`` as ``\\u003c`` (JSON has
+    it only inside strings), so no ``</script>`` ends the element and no ``<!--`` turns the
+    parser's escaping on."""
+    return json.dumps(data, ensure_ascii=False, default=str).replace("<", "\\u003c")
 
 
 def build_sweep_report(sweep: Sweep) -> str:
