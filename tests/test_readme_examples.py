@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .conftest import ROOT
 
@@ -59,3 +60,17 @@ def test_readme_sweep_example_runs_on_bundled_data(tmp_path: Path, prefect_serve
             "model=small,prompt=terse beyond chance; Holm-adjusted p=0.5")
     assert said in out.stdout and said in (ROOT / "README.md").read_text().replace("\n  ", " ")
     assert (tmp_path / "results" / "my-project" / "qa-models.sweep" / "report.html").is_file()
+    # The sweep's flow run got its matrix though the script ended at once (the artifacts
+    # are made after the rows, in a thread the process waits for at its exit).
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def matrix() -> list[Any]:
+        async with get_client() as client:
+            return list(await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["my-project-qa-models-matrix"]))))
+
+    found = asyncio.run(matrix())
+    assert found and "model=large,prompt=terse" in str(found[0].data)

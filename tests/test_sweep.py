@@ -18,8 +18,9 @@ from .sweep_model import graded, loopback, right, rows, says_answer
 
 
 def _local(results_dir: Path, **options: Any) -> Any:
-    return sweep("demo", results_dir=results_dir, backend="local", print_summary=False,
-                 html_report=False, **options)
+    options = {"backend": "local", **options}
+    return sweep("demo", results_dir=results_dir, print_summary=False, html_report=False,
+                 **options)
 
 
 def test_one_limit_for_every_call_of_every_variant_and_rows_interleaved(results_dir: Path) -> None:
@@ -104,6 +105,8 @@ def test_bad_input_is_an_error_before_any_call(results_dir: Path) -> None:
             ({"grid": {"model": [object()]}}, "give grid['model'] as a dict of label -> value"),
             ({"grid": {"model": ["good"]}, "experiment_name": "x"}, "sweep() takes no experiment_name"),
             ({"grid": {"model": ["good"]}, "resume": True}, "resume=True needs the sweep"),
+            ({"grid": {"model": ["good"]}, "backend": "dask"}, "backend must be 'prefect' or 'local'"),
+            ({"variants": {"a": {"model": "good", "tags": {"x": 1}}}}, "tags must map str to str"),
         ]
         for options, said in cases:
             options = {"task": answer, **options}

@@ -97,6 +97,13 @@ class Closing:
     sweep: SweepEnd | None = None  # a sweep's end: what its flow run shows
 
 
+#: Where a sweep's Markdown links into the Prefect UI: the recorder process, which has
+#: Prefect's settings loaded, puts the UI's path there (`ui.links.ui_prefix`); the sweep's
+#: process makes the Markdown after its rows, when importing Prefect could be too late
+#: (at the interpreter's exit it fails).
+UI_PREFIX = "{{prefect-ui}}"
+
+
 @dataclass(frozen=True)
 class SweepEnd:
     """What a sweep's flow run ends with: its artifacts (key, markdown, description), its

@@ -8,7 +8,14 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+# Imported here, in the caller's thread: the work runs in a thread that may still be
+# at it when the interpreter exits, when an import that registers an exit hook fails.
+from patronus_tasks.prefect.protocol import UI_PREFIX
+from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.run.background import Afterwards
+from patronus_tasks.sweep.charts import cost_axis, pareto_chart
+from patronus_tasks.sweep.markdown import matrix_markdown, pareto_markdown
+from patronus_tasks.sweep.report import write_sweep_report
 
 if TYPE_CHECKING:
     from patronus_tasks.sweep.on_prefect import SweepRun
@@ -33,16 +40,11 @@ def _flow_runs_known(sweep: Sweep, timeout: float = FLOW_RUNS_WAIT) -> None:
 
 def _artifacts(sweep: Sweep) -> list[tuple[str, str, str]]:
     """The sweep flow run's artifacts: (key, markdown, description)."""
-    from patronus_tasks.prefect.ui import links
-    from patronus_tasks.prefect.ui.keys import artifact_key
-    from patronus_tasks.sweep.charts import cost_axis, pareto_chart
-    from patronus_tasks.sweep.markdown import matrix_markdown, pareto_markdown
-
     _flow_runs_known(sweep)
     matrix, series = sweep.matrix(), sweep.file.series or f"{sweep.project}/{sweep.name}"
     headline = f"{sweep.project}/{sweep.name}: {sweep.headline()}"
-    found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, links.flow_run),
-              headline)]
+    link = f"{UI_PREFIX}/runs/flow-run/{{}}".format  # the recorder process fills the prefix
+    found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, link), headline)]
     axis = cost_axis(matrix)
     if axis is not None:
         png = pareto_chart(matrix, sweep.baseline)
@@ -66,8 +68,6 @@ def finish(sweep: Sweep, run: SweepRun | None, html_report: bool) -> None:
         sweep.matrix_path.write_bytes(sweep.matrix().to_csv(index=False).encode("utf-8"))
         message, tags = sweep.headline(), _tags(sweep)
         if html_report:
-            from patronus_tasks.sweep.report import write_sweep_report
-
             write_sweep_report(sweep)
         if run is not None:
             artifacts = _artifacts(sweep)

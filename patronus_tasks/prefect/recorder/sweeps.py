@@ -14,12 +14,13 @@ import logging
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from prefect.artifacts import MarkdownArtifact
 from prefect.states import Cancelled, Completed, Failed, State
 
 from patronus_tasks.prefect import flowruns
-from patronus_tasks.prefect.protocol import Closing, Opening, SweepEnd
+from patronus_tasks.prefect.protocol import UI_PREFIX, Closing, Opening, SweepEnd
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.recorder.main import Session
@@ -40,6 +41,14 @@ async def with_parent(sessions: Mapping[str, Session], opening: Opening) -> Open
         return dataclasses.replace(opening, parent=None)
     return dataclasses.replace(opening, parent=dataclasses.replace(
         parent, flow_run_id=session.flow_run_id))
+
+
+def _ui_prefix() -> str:
+    """The UI's path on its host (as `ui.links.ui_prefix`, which this process's imports
+    must not load: it reads results)."""
+    from prefect.settings import PREFECT_UI_URL
+
+    return urlparse(PREFECT_UI_URL.value() or "").path.rstrip("/")
 
 
 async def _children_done(sessions: Mapping[str, Session], keys: tuple[str, ...]) -> None:
@@ -64,7 +73,8 @@ async def end(session: Session, closing: Closing) -> None:
         for key, markdown, description in done.artifacts:
             with warnings.catch_warnings():  # made outside any run context of ours
                 warnings.simplefilter("ignore", FutureWarning)
-                await MarkdownArtifact(markdown=markdown, key=key, description=description,
+                await MarkdownArtifact(markdown=markdown.replace(UI_PREFIX, _ui_prefix()),
+                                       key=key, description=description,
                                        flow_run_id=flow_run_id).acreate(client)
         await flowruns.add_tags(client, flow_run_id, list(done.tags))
         level = logging.INFO if state.is_completed() else logging.ERROR
