@@ -38,13 +38,18 @@ def _flow_runs_known(sweep: Sweep, timeout: float = FLOW_RUNS_WAIT) -> None:
                 return
 
 
+def _flow_run_link(flow_run_id: str) -> str:
+    """A flow run's page in the UI (the recorder process fills the UI's path in)."""
+    return f"{UI_PREFIX}/runs/flow-run/{flow_run_id}"
+
+
 def _artifacts(sweep: Sweep) -> list[tuple[str, str, str]]:
     """The sweep flow run's artifacts: (key, markdown, description)."""
     _flow_runs_known(sweep)
     matrix, series = sweep.matrix(), sweep.file.series or f"{sweep.project}/{sweep.name}"
     headline = f"{sweep.project}/{sweep.name}: {sweep.headline()}"
-    link = f"{UI_PREFIX}/runs/flow-run/{{}}".format  # the recorder process fills the prefix
-    found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, link), headline)]
+    found = [(artifact_key(series, "matrix"), matrix_markdown(sweep, matrix, _flow_run_link),
+              headline)]
     axis = cost_axis(matrix)
     if axis is not None:
         png = pareto_chart(matrix, sweep.baseline)
