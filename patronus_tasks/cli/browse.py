@@ -115,8 +115,9 @@ def show(experiment: ExperimentArg, failures: Annotated[bool, typer.Option(
             echo(line)
 
 
-def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's name, run folder or path.")],
-            b: Annotated[str, typer.Argument(help="The run compared with it (name, run folder or path).")],
+def compare(runs: Annotated[list[str], typer.Argument(
+                help="The baseline (an experiment's name, run folder or path), then the runs "
+                "compared with it: one for the row-by-row comparison, more for a matrix.")],
             fail_on_regression: Annotated[bool, typer.Option(
                 "--fail-on-regression", help="Exit 1 when an evaluator regressed "
                 "significantly (p < 0.05), as fail_on_regression=True.")] = False,
@@ -132,21 +133,44 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
                 "repeats, else 'mean').")] = None,
             results_dir: ResultsDir = None) -> None:
     """Compare experiment B with baseline A, pairing rows by sample id; then their
-    dataset-level metrics, tokens and cost."""
-    try:
-        result = compare_experiments(*load_two(a, b, results_dir), pair=pair)
-    except ConfigError as exc:
-        raise usage(str(exc)) from None
+    dataset-level metrics, tokens and cost. With more runs (A B C ...), each against A in
+    one matrix (as a sweep's), p adjusted for the comparisons (Holm)."""
+    if len(runs) < 2:
+        raise usage("compare needs a baseline and at least one run to compare with it.")
     try:
         rule = rule_of(drop, False)
     except ConfigError:  # its message names the Python option (regression_threshold)
         raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
+    if len(runs) > 2:
+        _compare_many(runs, rule, pair, fail_on_regression, fail_on_worse, results_dir)
+        return
+    try:
+        result = compare_experiments(*load_two(runs[0], runs[1], results_dir), pair=pair)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
     # Which runs first, then what got worse or better, counts before p-values; the figures.
     header, _, figures = result.format().partition("\n")
     echo(header)
     echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     echo(figures)
     failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
+    for message in failing:
+        say("gate failed", message)
+    if failing:
+        raise typer.Exit(EXIT_GATE)
+
+
+def _compare_many(runs: list[str], rule: Rule, pair: str | None, significant: bool, worse: bool,
+                  results_dir: str | None) -> None:
+    """Every run against the first, in one matrix; the gates over all of them."""
+    from patronus_tasks.sweep.compare import compare_runs
+
+    try:
+        result = compare_runs([load(r, results_dir) for r in runs], rule, pair)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    typer.echo(result.format())
+    failing = result.gates(significant, worse)
     for message in failing:
         say("gate failed", message)
     if failing:

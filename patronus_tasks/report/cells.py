@@ -52,3 +52,8 @@ def table_chars(rows: list[dict[str, Any]]) -> int:
     if not rows:
         return 0
     return sum(max(len(str(k)), *(len(_shown(r.get(k))) for r in rows)) + 3 for k in rows[0])
+
+
+def md_text(value: Any) -> str:
+    """User text (a name, a label) in Markdown outside a table, made safe as a cell is."""
+    return _cell(value, width=10_000)
