@@ -349,7 +349,9 @@ def test_a_flow_run_pauses_for_each_page_and_the_answers_land(run: Any, prefect_
     RUNS.clear()
     ids = RUNS
     result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(review_pages(str(run.path), 7, 4)))
+    # Each page waits 20 s: room for this test to read and answer page 1 on a loaded machine
+    # (4 s raced it); page 2's wait running out is the timeout the test wants.
+    thread = threading.Thread(target=lambda: result.append(review_pages(str(run.path), 7, 20)))
     thread.start()
     try:
         state, schema, description = _paused(ids, 1)
@@ -374,7 +376,7 @@ def test_a_flow_run_pauses_for_each_page_and_the_answers_land(run: Any, prefect_
     finally:
         thread.join(60)
     r = result[0]
-    assert r.message.startswith("5 of 7 reviewed; page 2 of 2: nobody answered within 4 s"), r.message
+    assert r.message.startswith("5 of 7 reviewed; page 2 of 2: nobody answered within 20 s"), r.message
     labels = r.labels
     assert len(labels) == 5 and set(labels["reviewer"]) == {"Ann", "Zed"}
     assert labels.set_index("sid").loc[asked[0], "note"] == "reads *wrong*"
