@@ -60,6 +60,16 @@ class LocalKeeper:
         return Experiment(self.spec.out_dir, _report_afterwards(self.spec))
 
     async def verdict(self, failures: list[str], calls: int) -> list[str]:
+        """The gates' failures; the run against its baseline, when one is pinned
+        (``baseline=``) or accepted beside its results, kept in its manifest."""
+        from patronus_tasks.record.manifest_file import note_verdict
+        from patronus_tasks.results.baselines import judged_here
+        from patronus_tasks.results.verdict import Rule
+
+        experiment = Experiment(self.spec.out_dir)
+        note = judged_here(experiment, self.spec.rule or Rule(), self.spec.baseline, failures)
+        if note is not None:
+            note_verdict(self.spec.out_dir, note)
         return failures
 
 

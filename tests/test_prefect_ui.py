@@ -111,11 +111,11 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     # A verdict that did not pass is marked in its name: the graph and the lists write it.
     assert states == {
         "echo-q01": ("COMPLETED", "Completed"), "matches-q01": ("COMPLETED", "Passed"),
-        "echo-q02": ("COMPLETED", "Completed"), "✗ matches-q02": ("COMPLETED", "Not passed"),
+        "echo-q02": ("COMPLETED", "Completed"), "(x) matches-q02": ("COMPLETED", "Not passed"),
         "echo-q03": ("FAILED", "Failed"),
         "echo-q04": ("COMPLETED", "Completed"), "matches-q04": ("FAILED", "Failed"),
     }
-    runs["matches-q02"] = runs["✗ matches-q02"]
+    runs["matches-q02"] = runs["(x) matches-q02"]
     assert runs["matches-q01"].state.message == "score 1"
     failed_verdict = runs["matches-q02"].state.message
     assert failed_verdict.startswith("score 0 · the rows differ because of many")
@@ -150,13 +150,17 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     message = flow_run.state.message
     assert flow_run.state.is_completed() and flow_run.state.name == "Completed"  # said, tagged
     assert "errors" in flow_run.tags and "regressed" not in flow_run.tags
-    assert message.startswith("Errors: 4 rows: matches 33.3% passed (1/3)")  # an error: not passed
+    # One pass rate, over the judged rows: q03's task failed (not judged), q04's evaluator
+    # errored (judged, not passed); said where the rows errored.
+    assert message.startswith("Errors: 4 rows: matches 1 of 3 judged rows passed (33.3%); 1 row's "
+                              "task failed; 1 evaluation errored (not passed)")
     assert "task errors 1, evaluator errors 1" in message and str(exp.results_path) in message
     last = logs.index(f"results: {exp.results_path}")
     assert logs[last - 3: last + 2] == [
-        "matches 33.3% passed (1/3)", "task errors 1, evaluator errors 1",
+        "matches 1 of 3 judged rows passed (33.3%); 1 row's task failed; 1 evaluation errored "
+        "(not passed)", "task errors 1, evaluator errors 1",
         "This is the first run of its series: nothing to compare with yet.",
-        f"results: {exp.results_path}", f"Finished in state Completed('{message}')"]
+        f"results: {exp.results_path}", f"Finished in state Completed({message!r})"]
 
 
 async def _artifacts(series: str, kind: str) -> list[Any]:
@@ -201,8 +205,9 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     # The calling flow runs say the verdict first in their messages (their tags say it too);
     # one row worse than the night before is "worse", p-value or not.
     assert first_state.message.startswith("First run: ") and second_state.is_completed()
-    assert second_state.message.startswith(
-        "Regressed: right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
+    assert second_state.message.startswith(  # the first night is the series' baseline
+        f"Regressed since {second['experiment_name']}, against baseline {first['experiment_name']}: "
+        "right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
     series = "ui-nightly/ui-series"
     assert third.info.series == series
     summaries = asyncio.run(_artifacts(series, "summary"))
@@ -210,7 +215,7 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     flow_runs = {str(a.flow_run_id) for a in summaries}
     assert flow_runs == {first["flow_run_id"], second["flow_run_id"], third.manifest["flow_run_id"]}
     newest = max(summaries, key=lambda a: a.created)
-    assert "right 55.0% passed (11/20)" in (newest.description or "")
+    assert "right 11 of 20 rows passed (55.0%)" in (newest.description or "")
     compared = sorted(asyncio.run(_artifacts(series, "vs-previous")), key=lambda a: a.created)
     assert "first run of its series" in compared[0].data
     from patronus_tasks import Experiment
@@ -232,8 +237,9 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert "| right | worse | 1 / 0 |" in compared[1].data  # -5 points: worse, not significant
     asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
     _assert_charts(series, third, nights=3)
-    asyncio.run(_assert_parent_figures(third))
+    asyncio.run(_assert_parent_figures(third, first["experiment_name"], second["experiment_name"]))
     asyncio.run(_assert_tags(first["flow_run_id"], second["flow_run_id"], third))
+    assert "## Against the baseline" in table and f"**Regressed since {second['experiment_name']}**" in table
     # The history: one table, the series' runs newest first (the UI lists a key's
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
@@ -255,11 +261,14 @@ async def _assert_tags(first: str, second: str, third: Any) -> None:
             for name, run in runs.items()}
     for found in (runs, parents):
         assert not {"regressed", "gate-failed"} & set(found["first"].tags)
-        assert {"regressed", "regressed:right"} <= set(found["second"].tags)
+        assert found["second"].tags[0] == "regressed"  # first: Prefect's v2 UI shows the first that fit
         assert "gate-failed" not in found["second"].tags
-        assert {"regressed", "regressed:right", "gate-failed"} <= set(found["third"].tags)
-    assert runs["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
-    assert parents["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
+        assert {"regressed", "gate-failed"} <= set(found["third"].tags)
+    # Each evaluator's tag on the experiment's flow run; on the calling run the verdict's alone
+    # (Prefect's v1 UI sorts tags and shows the last that fit: regressed:right pushed it out).
+    assert "regressed:right" in runs["second"].tags and "regressed:right" not in parents["second"].tags
+    assert runs["second"].state.message.startswith("Regressed since ")
+    assert parents["second"].state.message.startswith("Regressed since ")
     assert parents["third"].state.is_failed()  # a failed gate still fails the calling run
 
 
@@ -284,7 +293,7 @@ def _assert_charts(series: str, exp: Any, nights: int) -> None:
     assert len(asyncio.run(_artifacts(series, "history"))) == nights
 
 
-async def _assert_parent_figures(exp: Any) -> None:
+async def _assert_parent_figures(exp: Any, first: str, second: str) -> None:
     """The flow run that called the experiment shows its figures: an artifact, and as its
     last log lines the figures, each evaluator against the previous run, the verdict."""
     async with get_client() as client:
@@ -295,27 +304,31 @@ async def _assert_parent_figures(exp: Any) -> None:
         logs = [log.message for log in await client.read_logs(
             LogFilter(flow_run_id=LogFilterFlowRunId(any_=[parent])))]
     ours = [a for a in found if a.type == "markdown"]  # (Prefect keeps the failure's result too)
-    assert len(ours) == 1 and "right 55.0% passed (11/20)" in ours[0].data
+    assert len(ours) == 1 and "right 11 of 20 rows passed (55.0%)" in ours[0].data
     assert f"/runs/flow-run/{child.id}" in ours[0].data and len(_pictures(ours[0].data)) == 1
     title = f"ui-series/{exp.name}"
     mine = [i for i, line in enumerate(logs) if line.startswith(title)]
     assert [logs[i] for i in mine] == [
-        f"{title}: right 55.0% passed (11/20)", f"{title}: task errors 0, evaluator errors 0",
+        f"{title}: right 11 of 20 rows passed (55.0%)", f"{title}: task errors 0, evaluator errors 0",
         f"{title}: vs previous run {exp.manifest['verdict']['lines'][2].split('vs previous run ')[1]}",
-        f"{title}: verdict: Gate failed (regressed, regressed:right, gate-failed)"]
+        f"{title}: vs baseline {exp.manifest['verdict']['lines'][3].split('vs baseline ')[1]}",
+        f"{title}: verdict: Gate failed since {second}, against baseline {first} "
+        "(regressed, regressed:right, gate-failed)"]
     assert "right worse: 8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078" in logs[mine[2]]
+    assert f"vs baseline {first} (first run): right worse: 9 worse / 0 better rows" in logs[mine[3]]
     # Ours are the last lines but Prefect's own (the flow's failure, its end).
     assert all(not line.startswith("ui-series/") for line in logs[mine[-1] + 1:])
-    assert mine == list(range(mine[0], mine[0] + 4))
+    assert mine == list(range(mine[0], mine[0] + 5))
 
 
 async def _assert_failed(flow_run_id: str) -> None:
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
-    assert run.state.is_failed() and run.state.message.startswith("Gate failed: quality gate failed")
+    assert run.state.is_failed() and run.state.message.startswith("Gate failed since ")
+    assert ": quality gate failed: " in run.state.message
     assert ("right [link 0] regressed (significantly) against the previous run: right worse: "
             "8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078") in run.state.message
-    assert "right 55.0% passed (11/20)" in run.state.message
+    assert "right 11 of 20 rows passed (55.0%)" in run.state.message
 
 
 def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir: Path) -> None:

@@ -44,7 +44,8 @@ SURFACE = {
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
-    "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server", "verdict_state"},
+    "patronus_tasks.prefect": {"accept_baseline", "experiment_flow_run_name", "use_built_in_server",
+                               "verdict_state"},
     "patronus_tasks.evaluators": {
         "Calibration", "Judge", "JudgeError", "answer_relevance", "bleu", "calibrate", "chrf",
         "contains", "context_recall", "context_relevance", "exact_match", "factuality",

@@ -1,4 +1,4 @@
-"""The ``patronus-tasks`` command line: run, list, show, compare, export and report
+"""The ``patronus-tasks`` command line: run, list, show, compare, accept, export and report
 experiments.
 
 Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
@@ -40,7 +40,8 @@ def _said(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 for _fn, _name in ((run.run, None), (browse.list_, "list"), (browse.show, None),
-                   (browse.compare, None), (browse.export, None), (browse.report, None)):
+                   (browse.compare, None), (browse.accept, None), (browse.export, None),
+                   (browse.report, None)):
     _add(_fn, _name)
 app.add_typer(server.server, name="server")
 

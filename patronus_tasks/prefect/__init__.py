@@ -16,6 +16,7 @@ called.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -74,4 +75,34 @@ def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[
     return kind(message=note.message, data=manifest.to_json())
 
 
-__all__ = ["experiment_flow_run_name", "use_built_in_server", "verdict_state"]
+def accept_baseline(run: str | Path, results_dir: str | Path | None = None) -> str:
+    """Make ``run`` (a name, run folder or path, as `load_experiment` takes it) the
+    baseline of its series: the runs after it are judged against it (and against their
+    previous run); a regression against the old baseline stops being kept. Returns what it
+    says (the series, its new baseline).
+
+    A run recorded on Prefect: the server keeps it (the ``<series>-baseline`` artifact; it
+    needs ``PREFECT_API_URL``, and the auth string of a `patronus-tasks server up` stack),
+    so every worker sees it; inside a flow run (the bundled ``accept-baseline``
+    deployment), on that flow run. Any other: a file beside the results
+    (``<results>/<project>/baselines.json``)."""
+    from patronus_tasks.results.baselines import accept_here, series_of
+    from patronus_tasks.results.store import load_experiment
+
+    experiment = load_experiment(run, results_dir)
+    if experiment.manifest.flow_run_id is None:
+        return accept_here(experiment)
+    from prefect.runtime import flow_run
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from patronus_tasks.prefect.clients import get_client
+    from patronus_tasks.prefect.ui import baselines
+
+    async def accept() -> str:
+        async with get_client() as client:
+            return await baselines.record(series_of(experiment), experiment, client, flow_run.id)
+
+    return str(run_coro_as_sync(accept()))
+
+
+__all__ = ["accept_baseline", "experiment_flow_run_name", "use_built_in_server", "verdict_state"]

@@ -69,6 +69,7 @@ class Opening:
     record: RecordMode = "all"
     persisting: bool | None = None  # whether the server stores events, if known here
     html_report: bool = True  # write report.html beside the results
+    baseline: str | None = None  # a run pinned to judge against (its results' link)
 
     @property
     def out_dir(self) -> Location:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.report import charts
 from patronus_tasks.report.rows import counted_columns, packed, table_data
@@ -45,6 +46,8 @@ class ReportInput:
     comparison: Comparison | None = None
     #: Charts drawn already (`charts.drawn`), so a run draws each once.
     drawn: dict[str, bytes | None] | None = None
+    #: The run's verdict against its previous run and baseline, which the header states.
+    verdict: VerdictNote | None = None
 
     def chart(self, name: str) -> bytes | None:
         drawn = self.drawn if self.drawn is not None else {}
@@ -81,7 +84,20 @@ def header(r: ReportInput) -> str:
              ("sha256", (m.dataset.sha256 or "")[:12]), ("git", (m.git_commit or "")[:10]),
              ("flow run", m.flow_run_id), ("results", r.experiment.results_path)]
     shown = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts if v)
-    return f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1><div class=facts>{shown}</div>"
+    return (f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1>{verdict_banner(r.verdict)}"
+            f"<div class=facts>{shown}</div>")
+
+
+def verdict_banner(note: VerdictNote | None) -> str:
+    """The verdict first, where the page opens: ``Regressed since exp-2, against baseline
+    exp-1: result_matches_gold, same_query`` (the figures are in the sections below)."""
+    if note is None:
+        return ""
+    kind = {"Regressed": "worse", "Gate failed": "worse", "Improved": "better"}.get(note.name, "same")
+    said = note.name + (f" since {note.since}" if note.since else "")
+    said += f", against baseline {note.baseline}" if note.baseline else ""
+    worse = f": {', '.join(note.worse)} worse" if note.worse else ""
+    return f"<p class='verdict moved {kind}' id=verdict>{esc(said + worse)}</p>"
 
 
 def _rate_cell(s: EvaluatorStats) -> str:

@@ -38,6 +38,7 @@ from patronus_tasks.report.markdown import link, text
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
+from patronus_tasks.results.verdict import calling_tags
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
@@ -124,7 +125,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
 
 def _level(line: str, note: VerdictNote) -> int:
     """A warning for what got worse and for a verdict that did (the UI marks warnings)."""
-    worse = (line.startswith("vs previous") and " worse: " in line) or (
+    worse = (line.startswith(("vs previous", "vs baseline")) and " worse: " in line) or (
         line.startswith("verdict:") and bool(note.worse or note.failures))
     return logging.WARNING if worse else logging.INFO
 
@@ -137,27 +138,28 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
     from prefect.client.schemas.actions import ArtifactCreate, LogCreate
 
     now = dt.datetime.now(dt.UTC)
-    said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
+    since = f" since {note.since}, against baseline {note.baseline}" if note.since else ""
+    said = [*note.lines, f"verdict: {note.name}{since}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
     logs = [LogCreate(name="patronus_tasks", level=_level(line, note), message=f"{title}: {line}",
                       timestamp=now, flow_run_id=parent) for line in said]
     if markdown is not None:
         await client.create_artifact(ArtifactCreate(
             type="markdown", data=markdown, flow_run_id=parent,
             description=description(title, note.message)))
-    await add_tags(client, parent, note.tags)
+    await add_tags(client, parent, calling_tags(note))
     await client.create_logs(logs)
 
 
 def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
           history: list[dict[str, Any]], html_report: bool,
-          flow_run_id: str) -> tuple[str, str, Path | Location | None]:
-    """The report file and both markdowns, each chart drawn once (CPU work: run off the
-    event loop)."""
+          flow_run_id: str, note: VerdictNote | None = None) -> tuple[str, str, Path | Location | None]:
+    """The report file (its header the verdict) and both markdowns, each chart drawn once
+    (CPU work: run off the event loop)."""
     compared = comparison if isinstance(comparison, Comparison) else None
     df = experiment.to_dataframe(SUMMARY_COLUMNS)
     drawn = {name: _charts.draw(name, summary, df, compared)
              for name in ("rates", "scores", "comparison")}
-    report = report_after_run(experiment, compared, drawn) if html_report else None
+    report = report_after_run(experiment, compared, drawn, note) if html_report else None
     return (charts_markdown(title, experiment, summary, drawn, history, report),
             parent_markdown(title, experiment, summary, drawn["rates"], report, flow_run_id),
             report)
@@ -165,14 +167,15 @@ def _make(title: str, experiment: Experiment, summary: Summary, comparison: Comp
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
                          comparison: Comparison | str, history: list[dict[str, Any]],
-                         target: Target, html_report: bool = True) -> str | None:
-    """Write the HTML report (unless ``html_report`` is False) and publish
-    ``<series>-charts``; return what the parent flow run shows of the run (None: the
-    charts could not be drawn)."""
+                         target: Target, html_report: bool = True,
+                         note: VerdictNote | None = None) -> str | None:
+    """Write the HTML report (unless ``html_report`` is False; ``note``: the verdict its
+    header states) and publish ``<series>-charts``; return what the parent flow run shows
+    of the run (None: the charts could not be drawn)."""
     try:
         charts_md, parent_md, _ = await asyncio.to_thread(
             _make, title, experiment, summary, comparison, history, html_report,
-            target.flow_run_id)
+            target.flow_run_id, note)
     except Exception as exc:  # pictures are extras: the run and its results stand
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None

@@ -15,6 +15,7 @@ from prefect.states import Completed, Failed, State
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
 from patronus_tasks.prefect.ui import artifacts as _artifacts
+from patronus_tasks.prefect.ui import baselines as _baselines
 from patronus_tasks.prefect.ui import series as _series
 from patronus_tasks.prefect.ui.charts import publish_charts, publish_to_parent
 from patronus_tasks.record.location import Location
@@ -46,32 +47,37 @@ class Publishing:
     out_dir: Location
     parent: str | None = None
     html_report: bool = True
+    baseline: str | None = None  # a run pinned in code to judge against (its results' link)
 
     @classmethod
     def of(cls, opening: Opening, target: _artifacts.Target, series: str) -> Publishing:
         """The experiment that ``opening`` opened, to publish at ``target`` in ``series``."""
         parent = opening.parent.flow_run_id if opening.parent else None
-        return cls(target, series, opening.title, opening.out_dir, parent, opening.html_report)
+        return cls(target, series, opening.title, opening.out_dir, parent, opening.html_report,
+                   opening.baseline)
 
 
 async def publish(p: Publishing, closing: Closing) -> Verdict:
-    """Top to bottom: the series' previous run (asked before this one is published), the
-    results read and set against it, their artifacts, the comparison, the history and
-    the charts published; the verdict said (a gate that failed, ``closing.gate_failures``
-    or a regression, fails it) on this flow run (tags) and on its parent (tags, figures)."""
+    """Top to bottom: the series' previous run and baseline (asked before this run is
+    published), the results read and set against them, the verdict (a gate that failed,
+    ``closing.gate_failures`` or a regression, fails it), the artifacts, the comparison,
+    the history and the charts published; the verdict said on this flow run (tags) and on
+    its parent (tags, figures)."""
     previous = await _series.previous_run(p.series, p.target.client)
+    found = await _baselines.find(p.series, p.target.client, p.baseline)
     experiment = Experiment(p.out_dir)
     df = experiment.to_dataframe(_artifacts.REPORT_COLUMNS)
     summary = experiment.summary(df)
     rule = closing.rule or rule_of(None, closing.fail_on_regression)
-    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids, rule)
+    seen = _series.in_series(p.title, previous, experiment, summary, p.target.ids, rule, found)
+    note = judge(summary, seen.comparison, rule, closing.gate_failures, seen.baseline)
     await _artifacts.publish(p.series, p.title, summary, df, experiment.results_path, p.target,
                              experiment)
     await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
+    await _baselines.record_first(p.series, found, experiment, p.target)
     history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
     parent_md = await publish_charts(p.series, p.title, experiment, summary, seen.comparison,
-                                     history, p.target, p.html_report)
-    note = judge(summary, seen.comparison, rule, closing.gate_failures)
+                                     history, p.target, p.html_report, note)
     await add_tags(p.target.client, p.target.flow_run_id, note.tags)
     if p.parent is not None:
         await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
@@ -81,8 +87,9 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
 def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
     message = f"{note.message}. Results: {experiment.results_path}"
     level = logging.WARNING if note.worse else logging.INFO
-    lines = [(logging.INFO, line) for line in note.lines if not line.startswith("vs previous")]
-    lines += [(level, line) for line in note.lines if line.startswith("vs previous")]
+    compared = ("vs previous", "vs baseline")
+    lines = [(logging.INFO, line) for line in note.lines if not line.startswith(compared)]
+    lines += [(level, line) for line in note.lines if line.startswith(compared)]
     lines.append((logging.INFO, f"results: {experiment.results_path}"))
     # Prefect's own state names: the UI's run lists filter by name ("All except scheduled"
     # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
