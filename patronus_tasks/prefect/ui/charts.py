@@ -15,6 +15,7 @@ import asyncio
 import base64
 import datetime as dt
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +28,14 @@ from patronus_tasks.prefect.ui.artifacts import (
     artifact_key,
     create,
     description,
-    results_link,
 )
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import VerdictNote
+from patronus_tasks.record.presign import Signed, presigned
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run
 from patronus_tasks.report.cells import markdown_table
-from patronus_tasks.report.markdown import link, text
+from patronus_tasks.report.markdown import code, link, text
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
@@ -89,9 +90,23 @@ def links_line(experiment: Experiment, summary: Summary, report: Path | Location
     parts = [f"[{not_passed} verdicts did not pass]({_links.findings(experiment)})",
              f"[errors: {errors}]({_links.errors(experiment)})"]
     if report is not None:
-        target, shown = results_link(report)
-        parts.append(f"HTML report: {link(shown, target)}")
+        parts.append(report_said(report))
     return " · ".join(parts)
+
+
+def report_said(report: Path | Location) -> str:
+    """How to open the HTML report from the UI: in object storage, a pre-signed link and
+    when it stops working; local, the command that opens it on the machine that has it
+    (a browser does not follow a ``file://`` link from an ``http://`` page)."""
+    where = Location.of(report)
+    if where.local is None:
+        signed = presigned(str(where))
+        if isinstance(signed, Signed):
+            return (f"HTML report: {link('report.html', signed.url)} (a pre-signed link, valid "
+                    f"until {signed.expires:%Y-%m-%d %H:%M} UTC)")
+        return f"HTML report: {code(str(where))} ({text(signed)})"
+    command = f"python -m webbrowser {where.local.resolve().as_uri()}"
+    return f"HTML report, on {text(socket.gethostname())}: {code(command)}"
 
 
 def charts_markdown(title: str, experiment: Experiment, summary: Summary,
