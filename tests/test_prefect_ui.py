@@ -37,7 +37,7 @@ from patronus_tasks import (
 )
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.prefect.ui.artifacts import artifact_key, summary_rows
-from patronus_tasks.report.cells import table_chars
+from patronus_tasks.report.cells import TABLE_BOX_PX, table_px
 from patronus_tasks.results.compare import compare_experiments
 
 from .conftest import RECORDED_WITHIN
@@ -244,10 +244,11 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
     rows = history if isinstance(history, list) else json.loads(history)
-    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
-    assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
-        (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", "right"),
-        (Experiment(first["path"]).name, "100.0%", "")]
+    assert table_px(rows) <= TABLE_BOX_PX  # fits the UI's box at a 1,500 px window (Chromium)
+    assert [(r["experiment"], r["right"], r["verdict"]) for r in rows] == [
+        (third.name, "55.0% worse", "Gate failed"), (Experiment(second["path"]).name, "95.0% worse",
+                                                     "Regressed"),
+        (Experiment(first["path"]).name, "100.0%", "First run")]
 
 
 async def _assert_tags(first: str, second: str, third: Any) -> None:
@@ -341,11 +342,11 @@ def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir:
     assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",
                      "mean score": "0.5 (0 to 1)", "results": 2, "errors": "1",
                      "task errors": 1, "skips": "0"}]
-    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
+    assert table_px(rows) <= TABLE_BOX_PX  # fits the UI's box at a 1,500 px window (Chromium)
     report = asyncio.run(_artifacts("ui-tables", "report"))[0].data
     assert "| evaluator | pass rate | passed |" in report  # the summary as a table
     assert "| matches | 33.3% | 1/3 |" in report
-    assert LONG[:100] in report and LONG not in report and "…" in report
+    assert LONG[:55] in report and LONG not in report and "…" in report  # cut: v1 does not wrap
     assert exp.info.series == "ui-tables"
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
 HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
-                           "errors", "metrics", "cost USD", "regressed"})
+                           "errors", "metrics", "cost USD", "regressed", "verdict"})
 
 
 def data_url(png: bytes) -> str:
@@ -60,7 +60,7 @@ def picture(png: bytes | None, alt: str) -> list[str]:
 
 
 def _figure(value: object) -> float | None:
-    text = str(value or "").strip()
+    text = str(value or "").strip().removesuffix(" worse")
     try:
         if text.endswith("%"):
             return float(text[:-1]) / 100
@@ -75,6 +75,8 @@ def nights(history: list[dict[str, Any]]) -> list[_charts.Night]:
     for row in reversed(history):
         values = {k: _figure(v) for k, v in row.items() if k not in HISTORY_FIXED}
         regressed = [n.strip() for n in str(row.get("regressed") or "").split(",") if n.strip()]
+        regressed += [k for k, v in row.items()  # an evaluator's column: "33.3% worse"
+                      if k not in HISTORY_FIXED and str(v).endswith(" worse")]
         out.append(_charts.Night(str(row.get("started", ""))[5:19], values, regressed))
     return out
 

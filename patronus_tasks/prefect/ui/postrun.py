@@ -75,7 +75,8 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
                              experiment)
     await _artifacts.publish_comparison(p.series, p.title, seen.markdown, seen.headline, p.target)
     await _baselines.record_first(p.series, found, experiment, p.target)
-    history = await _artifacts.publish_history(p.series, seen.history_row, p.target)
+    history = await _artifacts.publish_history(
+        p.series, _series.history_row(experiment, summary, note), p.target)
     parent_md = await publish_charts(p.series, p.title, experiment, summary, seen.comparison,
                                      history, p.target, p.html_report, note)
     await add_tags(p.target.client, p.target.flow_run_id, note.tags)

@@ -19,6 +19,7 @@ from prefect.client.schemas.sorting import ArtifactSort
 
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.report.markdown import code, link, text
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
@@ -282,24 +283,22 @@ def headline(comparison: Comparison | str, rule: Rule | None = None,
     return "vs previous: " + ("; ".join(parts) or "no paired evaluations") + kept
 
 
-def history_row(this: Experiment, summary: Summary, comparison: Comparison | str,
-                rule: Rule | None = None, baseline: Baseline | None = None) -> dict[str, Any]:
-    """This run as one row of its series' history: when, what, each evaluator's figure."""
-    row: dict[str, Any] = {"started": this.manifest.started_at[:19].replace("T", " "),
+def history_row(this: Experiment, summary: Summary, note: VerdictNote | None = None) -> dict[str, Any]:
+    """This run as one row of its series' history: when, what, each evaluator's figure
+    (``worse`` beside it when it got worse, against the previous run or the baseline:
+    `VerdictNote.worse`), the verdict, the errors; cost and metrics last (the first to go
+    when the table is too wide: `artifacts.publish_history`)."""
+    row: dict[str, Any] = {"started": this.manifest.started_at[:16].replace("T", " "),
                            "experiment": this.name}
+    worse = set(note.worse) if note is not None else set()
     for s in summary.evaluators:
         name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator
-        row[name] = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
-                     else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
-    rule = rule or Rule()
-    regressed = [] if isinstance(comparison, str) else [
-        e for e in comparison.evaluators if rule.movement(e) == "worse"]
-    regressed += baseline.worse(rule) if baseline is not None else []  # kept until accepted
-    # What got worse and the errors next to the figures, the metrics in one cell last and
-    # cut: the table must fit the UI at a 1,500 px window (its cells do not wrap).
+        figure = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
+                  else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
+        row[name] = figure + (" worse" if figure and s.evaluator in worse else "")
     errors = [f"{summary.task_errors} task" * bool(summary.task_errors),
               f"{summary.evaluator_errors} evaluator" * bool(summary.evaluator_errors)]
-    row.update({"regressed": _cut(", ".join(dict.fromkeys(e.evaluator for e in regressed))),
+    row.update({"verdict": note.name if note is not None else "",
                 "errors": ", ".join(x for x in errors if x) or "0"})
     if summary.cost_usd is not None:
         row["cost USD"] = f"{summary.cost_usd:.4g}"
@@ -317,13 +316,11 @@ def _cut(text: str, most: int = 40) -> str:
 @dataclass(frozen=True)
 class InSeries:
     """This run in its series: against the previous run (the comparison, in one line,
-    as the ``-vs-previous`` markdown), against the baseline, and as a row of the
-    series' history."""
+    as the ``-vs-previous`` markdown), and against the baseline."""
 
     comparison: Comparison | str
     headline: str
     markdown: str
-    history_row: dict[str, Any]
     baseline: Baseline | None = None
 
 
@@ -339,5 +336,4 @@ def in_series(title: str, previous: PreviousRun | None, this: Experiment, summar
     compared = baseline.comparison if baseline is not None and not baseline.previous else None
     shown = regressed_task_runs(comparison) + (regressed_task_runs(compared) if compared else [])
     markdown = comparison_markdown(title, comparison, previous, ids(shown), rule, baseline, found)
-    return InSeries(comparison, headline(comparison, rule, baseline), markdown,
-                    history_row(this, summary, comparison, rule, baseline), baseline)
+    return InSeries(comparison, headline(comparison, rule, baseline), markdown, baseline)
