@@ -8,6 +8,8 @@ import asyncio
 import base64
 import json
 import re
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from prefect.client.schemas.filters import (
     LogFilterTaskRunId,
 )
 from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
-from prefect.states import State
+from prefect.states import Completed, State
 
 from patronus_tasks import (
     EvaluationResult,
@@ -394,3 +396,69 @@ def test_a_second_run_of_a_name_is_tagged_and_linked_apart(results_dir: Path) ->
                             backend="local", results_dir=results_dir, print_summary=False,
                             html_report=False)
     assert "tag=run%3Atry-1-3" in links.findings(second) and "run%3A" not in links.findings(first)
+
+
+#: The tags shown (not counted in a "+N") in the row of the run named (%r): Prefect's two
+#: UIs cut a run's tags to what fits (v2 keeps the first, v1 sorts them, keeps the last).
+_VISIBLE_TAGS = """(() => {
+  const name = [...document.querySelectorAll('a, span, div')].find(e => e.children.length == 0
+      && e.textContent.trim() == %r);
+  let row = name;
+  while (row && !row.querySelector('[data-slot=tag-badge-group], .p-tag-wrapper')) row = row.parentElement;
+  if (!row) return null;
+  const group = row.querySelector('[data-slot=tag-badge-group], .p-tag-wrapper');
+  const shown = [...group.querySelectorAll('[data-slot=tag-badge-group-item], .p-tag-wrapper__tag')]
+    .filter(e => e.getBoundingClientRect().width > 0 && !e.closest('[data-slot=tag-badge-group-measure]')
+                 && !/p-tag-wrapper__tag--(hidden|invisible)/.test(e.className))
+    .map(e => e.innerText.trim());
+  return shown.length || group.innerText.includes('+') ? shown : null;
+})()"""
+
+
+def test_a_regressed_night_shows_its_verdict_tag_on_the_deployment_page_at_1280_px(
+        prefect_server: str, tmp_path: Path) -> None:
+    """A nightly deployment's run tagged as a regressed night is (`add_tags` with
+    `calling_tags`), on its deployment's page at 1,280 px in both of Prefect's UIs: the
+    `regressed` tag is among those shown, not in the "+N" (it was at 1,280 and 1,500 px:
+    v2 showed the deployment's tags first, v1 the last after sorting)."""
+    from .chromium import Browser, chromium_or_skip
+    from .test_security import _UI
+
+    chromium_or_skip()
+    deployment = asyncio.run(_a_regressed_night())
+    ui = _UI(prefect_server)
+    try:
+        with Browser(1280, 1000) as b:
+            for name, base in (("v2", "/v2"), ("v1", "")):
+                b.open(f"{ui.url}{base}/deployments/deployment/{deployment}")
+                shown = b.wait_for(_VISIBLE_TAGS % NIGHT)
+                time.sleep(0.5)  # the group measures itself once drawn: read it again then
+                shown = b.js(_VISIBLE_TAGS % NIGHT)
+                b.screenshot(tmp_path / f"{name}-deployment-1280.png")
+                assert "regressed" in shown, (name, shown)
+    finally:
+        ui.close()
+
+
+#: A nightly's run name (`experiment_flow_run_name`).
+NIGHT = "text-to-sql @ 11-28 02:00"
+
+
+async def _a_regressed_night() -> str:
+    """A deployment of the bundled nightly's tags and a run of it, Completed, tagged by the
+    verdict of a regressed night with errors as the recorder tags the calling run."""
+    from patronus_tasks.prefect.flowruns import add_tags
+    from patronus_tasks.record.manifest import VerdictNote
+    from patronus_tasks.results.verdict import calling_tags
+
+    note = VerdictNote(name="Regressed", message="", tags=[
+        "regressed", "regressed:result_matches_gold", "regressed:same_query", "errors"])
+    async with get_client() as client:
+        flow = await client.create_flow_from_name("text-to-sql-eval")  # the bundled flow's name
+        deployment = await client.create_deployment(flow, f"nightly-{uuid.uuid4().hex[:8]}",
+                                                    tags=["patronus-tasks", "eval:text-to-sql"])
+        run = await client.create_flow_run_from_deployment(
+            deployment, name=NIGHT, tags=["auto-scheduled"])
+        await client.set_flow_run_state(run.id, Completed(), force=True)
+        await add_tags(client, str(run.id), calling_tags(note))
+    return str(deployment)

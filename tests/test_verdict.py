@@ -223,6 +223,11 @@ def test_nights_stay_regressed_against_the_baseline_until_one_is_accepted(
     assert {"regressed", "regressed:right"} <= set(third.tags)
     assert third.message.startswith(f"Regressed since {nights[1].name}, against baseline "
                                     f"{nights[0].name}: right worse: 10 worse / 0 better rows")
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # no server named: no throwaway one
+        refused = CliRunner().invoke(app, ["accept", str(nights[2].path)])
+    assert refused.exit_code == 2 and "no PREFECT_API_URL is set" in refused.stderr
     accepted = CliRunner().invoke(app, ["accept", str(nights[2].path)])
     assert accepted.exit_code == 0, accepted.output
     assert accepted.output.startswith(f"{series}: the baseline is now {nights[2].name}")
