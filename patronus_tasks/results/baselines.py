@@ -58,8 +58,7 @@ def accepted_here(project: Location, series: str) -> Experiment | None:
     return Experiment(folder) if (folder / "manifest.json").exists() else None
 
 
-def judged_here(experiment: Experiment, rule: Rule, pinned: str | None = None,
-                gate_failures: list[str] | None = None) -> VerdictNote | None:
+def judged_here(experiment: Experiment, rule: Rule, pinned: str | None = None) -> VerdictNote | None:
     """A run not kept on Prefect against its baseline: ``pinned`` (a run's results link,
     ``baseline=``) or the one accepted beside its results; None when it has neither."""
     base = (Experiment(Location.of(pinned).parent) if pinned is not None
@@ -68,5 +67,4 @@ def judged_here(experiment: Experiment, rule: Rule, pinned: str | None = None,
         return None
     comparison = compare_experiments(base, experiment)
     how = "pinned" if pinned is not None else "accepted"
-    return judge(experiment.summary(), None, rule, gate_failures or [],
-                 Baseline(comparison.a, how, comparison))
+    return judge(experiment.summary(), None, rule, baseline=Baseline(comparison.a, how, comparison))
