@@ -112,7 +112,7 @@ def summary_section(r: ReportInput) -> str:
     s, many = r.summary, r.summary.links > 1
     rows = [{**({"link": e.link_index} if many else {}), "evaluator": esc(e.evaluator),
              "pass rate [95%]": _rate_cell(e),
-             "passed": f"{e.passed}/{e.judged}" if e.pass_rate is not None else "",
+             "passed": esc(s.passed(e)),  # said as every view says it: over what, and why
              "not passed": e.verdicts - e.passed if e.pass_rate is not None else "",
              "errors": e.errors, **({"unscored": e.unscored} if any(
                  x.unscored for x in s.evaluators) else {}), "skipped": e.skipped,

@@ -186,7 +186,7 @@ def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
                 *(apart.failures(rule) if apart else [])]
     regressed = list(dict.fromkeys(e.evaluator for e in (*base_worse, *worse)))
     name = _name(summary, comparison, bool(failures), bool(regressed), bool(better),
-                 bool(base_worse) or (apart is not None and isinstance(apart.comparison, Comparison)))
+                 baseline is not None and isinstance(baseline.comparison, Comparison))
     since = _since(baseline, base_worse)
     lines = [*summary.headlines(), *comparison_lines(comparison, rule),
              *(apart.lines(rule) if apart else [])]
