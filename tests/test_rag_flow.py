@@ -53,7 +53,8 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     flow = _flow_module().rag_eval
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     offline = flow(results_dir=str(tmp_path), experiment_name="offline", return_state=True)
-    assert offline.message.endswith("(LLM judges skipped)") and "pii 9 of 10 rows passed (90.0%)" in offline.message
+    assert offline.message.endswith("(LLM judges skipped)")
+    assert "pii 9 of 10 rows passed (90.0%)" in offline.message
     assert "LLM judges skipped: OPENAI_BASE_URL is not set" in capsys.readouterr().out
     # The HTML report of a dataset with list-valued columns (the passages) is written too.
     assert (tmp_path / "rag-qa" / "offline" / "report.html").stat().st_size > 10_000
@@ -66,7 +67,8 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     assert "skipped" not in state.message
     assert "faithfulness 7 of 10 rows passed (70.0%)" in state.message  # three answers invent facts
     assert "factuality 9 of 10 rows passed (90.0%)" in state.message
-    assert "context_relevance 10 of 10 rows passed (100.0%)" in state.message  # every set is at least half relevant
+    # every set is at least half relevant
+    assert "context_relevance 10 of 10 rows passed (100.0%)" in state.message
     assert len(server.requests) == 40 and {r.body["model"] for r in server.requests} == {"local-judge"}
 
     async def task_runs() -> dict[str, str]:

@@ -4,6 +4,7 @@ message; the options that set it; and the state a calling flow ends in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +214,8 @@ def test_nights_stay_regressed_against_the_baseline_until_one_is_accepted(
 
     series = "verdict-baseline"
     nights = []
-    for wrong in (0, 10, 10):
-        nights.append(night(wrong, results_dir, series=series))
+    for i, wrong in enumerate((0, 10, 10), 1):  # named: two in one second share a name
+        nights.append(night(wrong, results_dir, series=series, experiment_name=f"night-{i}"))
         assert nights[-1].wait_recorded(RECORDED_WITHIN)
     first, second, third = (n.manifest.verdict for n in nights)
     assert (first.name, first.baseline) == ("First run", None)
@@ -231,7 +232,30 @@ def test_nights_stay_regressed_against_the_baseline_until_one_is_accepted(
     accepted = CliRunner().invoke(app, ["accept", str(nights[2].path)])
     assert accepted.exit_code == 0, accepted.output
     assert accepted.output.startswith(f"{series}: the baseline is now {nights[2].name}")
-    fourth = night(10, results_dir, series=series)
+    fourth = night(10, results_dir, series=series, experiment_name="night-4")
     assert fourth.wait_recorded(RECORDED_WITHIN)
     note = fourth.manifest.verdict
     assert (note.name, note.baseline, note.since, note.tags) == ("Unchanged", nights[2].name, None, [])
+    # compare names the baseline each run was judged against
+    shown = CliRunner().invoke(app, ["compare", str(nights[1].path), str(nights[2].path)])
+    assert (f"B's verdict: Regressed since {nights[1].name}, against baseline {nights[0].name}"
+            in shown.stdout), shown.stdout
+
+
+def test_off_prefect_a_run_is_accepted_beside_the_results(results_dir: Path) -> None:
+    """A run not kept on Prefect: accept keeps its series' baseline in the project's
+    results folder (baselines.json), and the next local run is judged against it."""
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    good = night(0, results_dir, backend="local", experiment_name="good")
+    assert good.manifest.verdict is None  # no baseline yet: nothing to judge against
+    accepted = CliRunner().invoke(app, ["accept", str(good.path)])
+    assert accepted.exit_code == 0, accepted.output
+    kept = json.loads((good.path.parent / "baselines.json").read_text())
+    assert kept["verdict-rule"]["run"] == good.path.name
+    worse = night(4, results_dir, backend="local", experiment_name="worse")
+    note = worse.manifest.verdict
+    assert (note.name, note.baseline, note.worse) == ("Regressed", "good", ["right"])
+    assert verdict_state(worse).message.startswith("Regressed since worse, against baseline good")
