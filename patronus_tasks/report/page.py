@@ -25,7 +25,7 @@ from patronus_tasks.results.agreement import agreement, calibrated
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
-from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
+from patronus_tasks.results.summary import EvaluatorStats, Summary, judged_said, metric_text
 from patronus_tasks.results.usage import usage_rows
 from patronus_tasks.results.verdict import Rule, said
 
@@ -112,7 +112,8 @@ def summary_section(r: ReportInput) -> str:
     s, many = r.summary, r.summary.links > 1
     rows = [{**({"link": e.link_index} if many else {}), "evaluator": esc(e.evaluator),
              "pass rate [95%]": _rate_cell(e),
-             "passed": esc(s.passed(e)),  # said as every view says it: over what, and why
+             # over what, and why, as every view says it (the rate is the column before)
+             "passed": esc(judged_said(e, s.not_judged(e))) if e.pass_rate is not None else "",
              "not passed": e.verdicts - e.passed if e.pass_rate is not None else "",
              "errors": e.errors, **({"unscored": e.unscored} if any(
                  x.unscored for x in s.evaluators) else {}), "skipped": e.skipped,

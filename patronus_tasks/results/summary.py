@@ -195,6 +195,13 @@ def passed_said(s: EvaluatorStats, task_failed: int = 0) -> str:
     return "; ".join([f"{s.passed} of {s.judged} {rows} passed ({s.pass_rate:.1%})", *why])
 
 
+def judged_said(s: EvaluatorStats, task_failed: int = 0) -> str:
+    """What a pass rate is over, beside it: ``3/9``, or where rows errored ``3 of 9 judged
+    rows; 1 row's task failed`` (`passed_said` without the rate)."""
+    rows, why = _over(s, task_failed)
+    return "; ".join([f"{s.passed} of {s.judged} {rows}", *why]) if why else f"{s.passed}/{s.judged}"
+
+
 def _over(s: EvaluatorStats, task_failed: int) -> tuple[str, list[str]]:
     """What a pass rate is over (``rows``, or ``judged rows`` when some errored) and why."""
     errored = s.errors - s.unscored
@@ -350,10 +357,8 @@ def _format_stats(s: EvaluatorStats, histograms: bool = True, task_failed: int =
     head = f"{s.evaluator} [link {s.link_index}]"
     lines = ["", head, "-" * len(head)]
     lines.append(f"Count     : {s.count}")
-    rows, why = _over(s, task_failed)
-    lines.append(f"Pass rate : {_fmt(s.pass_rate, pct=True)}" + (
-        f"  ({'; '.join([f'{s.passed} of {s.judged} {rows}', *why])})" if why
-        else f"  ({s.passed}/{s.judged})" if s.pass_rate is not None else ""))
+    lines.append(f"Pass rate : {_fmt(s.pass_rate, pct=True)}"
+                 + (f"  ({judged_said(s, task_failed)})" if s.pass_rate is not None else ""))
     for key in ("mean", "min", "25%", "50%", "75%", "max"):
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
     unscored = f" ({s.unscored} unscored: no verdict, out of the pass rate)" if s.unscored else ""
