@@ -103,12 +103,13 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     keys = {a.key for a in artifacts}  # one series: the deployment's, whatever the name
     series = "text-to-sql-nightly"  # the deployment's name says it all: a short key
     assert keys == {f"{series}-{k}" for k in ("summary", "report", "results", "progress",
-                                               "vs-previous", "history", "charts")}
+                                               "vs-previous", "history", "charts", "baseline")}
     # The deployment's own flow run carries the verdict: its state's name, its tags (one
     # row's SQL fails by design: errors), the figures in its message.
     assert parent.state.name == child.state.name == "Completed"  # Prefect's: the lists filter by it
     assert "errors" in parent.tags and "errors" in child.tags
-    assert parent.state.message.startswith("Errors: 12 rows: result_matches_gold 66.7% passed (6/9)")
+    assert parent.state.message.startswith(
+        "Errors: 12 rows: result_matches_gold 6 of 9 judged rows passed (66.7%); 1 row's task failed")
     assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
     assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"
     path = results / "text-to-sql" / "deployed" / "results.parquet"

@@ -46,7 +46,8 @@ SURFACE = {
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
-    "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server", "verdict_state"},
+    "patronus_tasks.prefect": {"accept_baseline", "experiment_flow_run_name", "use_built_in_server",
+                               "verdict_state"},
     "patronus_tasks.review": {"MAX_PAGE_SIZE", "PAGE_SIZE", "Review", "Reviewable", "review",
                               "review_in_terminal", "reviewed_experiment"},
     "patronus_tasks.evaluators": {

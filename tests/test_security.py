@@ -557,7 +557,7 @@ def _run_hostile(beacon: str, results_dir) -> tuple[dict[str, str], str]:
             found = await client.read_artifacts(
                 artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(keys))))
             runs = await task_runs_with_states(client, exp.manifest["flow_run_id"])
-        verdict = next(r for r in runs if r.name.startswith("✗ judge"))
+        verdict = next(r for r in runs if r.name.startswith("(x) judge"))
         return {keys[str(a.key)]: str(a.id) for a in found}, str(verdict.id)
 
     return asyncio.run(ids())

@@ -96,11 +96,13 @@ async def finish(client: PrefectClient, flow_run_id: str, state: State[Any],
 
 
 async def add_tags(client: PrefectClient, flow_run_id: str, tags: list[str]) -> None:
-    """Add ``tags`` to a flow run's (its own and those of the experiment's parent run:
-    Prefect lets any client change a flow run's tags, which every list of runs shows)."""
+    """Put ``tags`` first among a flow run's (its own and those of the experiment's parent
+    run: Prefect lets any client change a flow run's tags, which every list of runs shows).
+    First: Prefect's v2 UI shows a run's tags in their order, as many as fit, the rest
+    counted in a "+N" (at 1280 px the deployment page has room for one)."""
     if not tags:
         return
     run = await client.read_flow_run(uuid.UUID(flow_run_id))
-    merged = list(dict.fromkeys([*run.tags, *tags]))
+    merged = list(dict.fromkeys([*tags, *run.tags]))
     if merged != list(run.tags):
         await client.update_flow_run(uuid.UUID(flow_run_id), tags=merged)

@@ -75,6 +75,7 @@ class Opening:
     #: ``"sweep"``: a sweep's flow run, its variants' experiments its subflows; no calls of
     #: its own, its artifacts made by the sweep's process (`SweepEnd`).
     kind: Literal["experiment", "sweep"] = "experiment"
+    baseline: str | None = None  # a run pinned to judge against (its results' link)
 
     @property
     def out_dir(self) -> Location:

@@ -56,6 +56,7 @@ class ExperimentSpec:
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
     rule: Rule | None = None  # when a run is worse than the previous one (None: the default)
+    baseline: str | None = None  # a run pinned to judge against: its results' link (URL)
     reporters: tuple[Reporter, ...] = ()  # the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them

@@ -9,13 +9,12 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import Unpack
 
 from patronus_tasks.define.dataset import DataInput, aload_data, load_dataset
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
 from patronus_tasks.run import background as _background
-from patronus_tasks.run.options import RunOptions, given_flags, pick_data, split_run
+from patronus_tasks.run.options import given_flags, pick_data, split_run
 from patronus_tasks.settings import default_results_dir
 from patronus_tasks.sweep.plan import Plan, make_plan
 from patronus_tasks.sweep.result import Sweep
@@ -74,7 +73,7 @@ async def asweep(project_name: str, *, data: DataInput | None = None,
                  grid: Mapping[str, Any] | None = None,
                  variants: Mapping[str, Mapping[str, Any]] | None = None,
                  baseline: str | Mapping[str, Any] | None = None, sweep_name: str | None = None,
-                 share_outputs: bool = True, **options: Unpack[RunOptions]) -> Sweep:
+                 share_outputs: bool = True, **options: Any) -> Sweep:
     """Run a sweep (async form of `sweep`)."""
     plan = make_plan(grid, variants, baseline)
     common, wanted = split_run(options)
@@ -138,7 +137,7 @@ def sweep(project_name: str, *, data: DataInput | None = None,
           grid: Mapping[str, Any] | None = None,
           variants: Mapping[str, Mapping[str, Any]] | None = None,
           baseline: str | Mapping[str, Any] | None = None, sweep_name: str | None = None,
-          share_outputs: bool = True, **options: Unpack[RunOptions]) -> Sweep:
+          share_outputs: bool = True, **options: Any) -> Sweep:
     """Run every variant of ``grid`` (every combination of its values) or ``variants`` (a
     named list) over the same data, together, and set them side by side.
 
@@ -159,7 +158,9 @@ def sweep(project_name: str, *, data: DataInput | None = None,
     others are compared with (`Sweep.matrix`). ``resume=True`` with the same
     ``sweep_name`` runs only the variants and rows not finished. A variant that fails does
     not stop the others (`Sweep.failed` says why). Every mistake is a `ConfigError`
-    before any call. Takes `run_experiment`'s other options for every variant.
+    before any call. Takes `run_experiment`'s other options for every variant (not its
+    ``baseline``, which here names the baseline variant: each variant's own series is
+    judged against its own baseline, as `run_experiment` does by default).
     """
     from patronus_tasks.api import _run_sync
 

@@ -80,7 +80,7 @@ def opening(spec: ExperimentSpec, parent: ParentRun | None) -> Opening:
         run_name=f"{spec.experiment_name} @ {started}", tags=_tags(spec),
         parameters=flow_parameters(spec), results=pickle.dumps(spec.out_dir), rows=spec.runs,
         series=spec.series, parent=parent, record=spec.record, persisting=_persisting(),
-        html_report=spec.html_report)
+        html_report=spec.html_report, baseline=spec.baseline)
 
 
 def _persisting() -> bool | None:
