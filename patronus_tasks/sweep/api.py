@@ -9,7 +9,6 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-
 from patronus_tasks.define.dataset import DataInput, aload_data, load_dataset
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
