@@ -20,6 +20,7 @@ from prefect.client.schemas.filters import (
 )
 
 from patronus_tasks import Task, sweep
+from patronus_tasks.prefect.events import NOT_PASSED_MARK
 
 from .chromium import Browser, chromium_or_skip
 from .conftest import RECORDED_WITHIN
@@ -92,9 +93,9 @@ def test_a_sweep_is_one_flow_run_its_variants_subflows_with_their_task_runs(swep
         assert {"sweep:nightly", f"variant:{label}"} <= set(child.tags)
         assert child.parameters["variant"] == {"model": label.split()[0]}
         assert child.state.is_completed()
-        # A call per row and step (a verdict that did not pass is marked "✗ "), and the
+        # A call per row and step (a verdict that did not pass is marked `NOT_PASSED_MARK`), and the
         # model call's span nested in each task's.
-        names = [t.name.removeprefix("✗ ") for t in tasks[child.id]]
+        names = [t.name.removeprefix(NOT_PASSED_MARK) for t in tasks[child.id]]
         steps = sorted(n for n in names if not n.startswith("chat "))
         assert steps == sorted(f"{step}-s{i}" for i in range(6)
                                for step in ("answer", "right", "says_answer"))
