@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -235,3 +236,11 @@ def _sqlite_busy(entry: str) -> bool:
     # the worker's next heartbeat (30 s) goes through. Seen here only on a loaded machine
     # (load 10 on 2 cores, the whole suite and three other test runs).
     return "sqlite3.OperationalError) database is locked" in entry
+
+
+def test_every_deployment_names_the_work_pool() -> None:
+    # `prefect deploy --all` stops at the first deployment without one, after deploying the
+    # ones before it: a merge that drops a `work_pool:` breaks `server up` for everyone.
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    missing = [d["name"] for d in spec["deployments"] if not d.get("work_pool")]
+    assert missing == []
