@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from patronus_tasks import (
     ConfigError,
@@ -133,22 +131,35 @@ def test_row_level_errors_name_row_field_and_fix(tmp_path: Path) -> None:
     assert exp.manifest["rows"] == 5 and exp.manifest["errored_rows"] == 5
 
 
-TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
-META = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | TEXT,
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
-                    max_leaves=8)
-ROWS = st.lists(st.fixed_dictionaries({
-    "evaluated_model_input": TEXT | st.text(min_size=2000, max_size=4000),
-    "note": TEXT, "meta": META.map(json.dumps)}), min_size=1, max_size=6)
+def _rows_strategy() -> Any:
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
+    meta = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | text,
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+                        max_leaves=8)
+    return st.lists(st.fixed_dictionaries({
+        "evaluated_model_input": text | st.text(min_size=2000, max_size=4000),
+        "note": text, "meta": meta.map(json.dumps)}), min_size=1, max_size=6)
 
 
-# Long inputs on purpose (2,000-4,000 characters): hypothesis' size and speed checks,
-# which trip when the machine is busy (tests run two at a time), are not the point here.
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.data_too_large,
-                                 HealthCheck.too_slow])
-@given(rows=ROWS)
-def test_round_trip_through_experiment_and_parquet(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+def test_round_trip_through_experiment_and_parquet(tmp_path: Path) -> None:
+    # Hypothesis is imported here, not at the module's top: every test process collects
+    # every module, and its import costs ~1.4 s of CPU in each.
+    from hypothesis import HealthCheck, given, settings
+
+    # Long inputs on purpose (2,000-4,000 characters): hypothesis' size and speed checks,
+    # which trip when the machine is busy (tests run two at a time), are not the point here.
+    @settings(max_examples=25, deadline=None,
+              suppress_health_check=[HealthCheck.data_too_large, HealthCheck.too_slow])
+    @given(rows=_rows_strategy())
+    def round_trip(rows: list[dict[str, Any]]) -> None:
+        _round_trip(tmp_path, rows)
+
+    round_trip()
+
+
+def _round_trip(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
     @task
     def echo(evaluated_model_input: str, row: Row) -> TaskResult:
         return TaskResult(evaluated_model_output=evaluated_model_input,

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scipy.stats import binomtest
 from typer.testing import CliRunner
 
 from patronus_tasks import ConfigError, Task, sweep, task
@@ -78,6 +77,8 @@ def test_the_matrix_counts_and_mcnemar_p_values(results_dir: Path) -> None:
             continue
         worse, better = len(right_of["good"] - passed), len(passed - right_of["good"])
         assert (row["worse"], row["better"]) == (worse, better)
+        from scipy.stats import binomtest  # here: its import costs every test process ~0.8 s
+
         assert row["p_value"] == pytest.approx(binomtest(worse, worse + better).pvalue)
         assert row["test"] == "McNemar exact" and row["verdict"] == "worse"
     p = sorted(m["p_value"].dropna())  # Holm over the two comparisons
