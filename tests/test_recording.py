@@ -168,10 +168,12 @@ async def _until_running(name: str) -> None:
 
     body = {"task_runs": {"name": {"any_": [name]}, "state": {"type": {"any_": ["RUNNING"]}}}}
     async with httpx.AsyncClient(base_url=str(PREFECT_API_URL.value()), timeout=10) as client:
-        for _ in range(1200):
+        deadline, pause = time.monotonic() + 60, 0.05
+        while time.monotonic() < deadline:
             if (await client.post("/task_runs/filter", json=body)).json():
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(pause)
+            pause = min(0.5, pause * 1.5)  # a server slow to show it is not asked 20 times a second
     raise TimeoutError(f"{name} was never shown Running")
 
 

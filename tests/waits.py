@@ -12,10 +12,13 @@ T = TypeVar("T")
 
 def until(check: Callable[[], T], what: str, timeout: float = 60) -> T:
     """``check()`` once it is truthy; an AssertionError naming ``what`` past ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline, pause = time.monotonic() + timeout, 0.05
     while not (found := check()):
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(pause)
+        # Backing off to 0.5 s: many checks ask a server, each request costs it ms of CPU,
+        # and 20 a second from every waiting test slowed the shared server they waited on.
+        pause = min(0.5, pause * 1.5)
     return found
 
 
