@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import json
 import socket
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from prefect.artifacts import (
-    Artifact,
-    LinkArtifact,
-    MarkdownArtifact,
-    TableArtifact,
-)
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-from prefect.client.schemas.sorting import ArtifactSort
 
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import namespace_of, task_run_id
 from patronus_tasks.prefect.ui import links as _links
+from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
@@ -39,8 +32,7 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summ
 from patronus_tasks.results.usage import shown_usage, usage_rows
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
-    from prefect.client.schemas.objects import Artifact as ArtifactResponse
+    from patronus_tasks.prefect.internal import ApiClient
 
 FAILURES_SHOWN = 10
 
@@ -263,7 +255,7 @@ class Target:
     """Where an experiment's artifacts go: its flow run, through ``client``; ``run_key``
     gives its calls' task-run ids (`events.task_run_id`)."""
 
-    client: PrefectClient
+    client: ApiClient
     flow_run_id: str
     run_key: str
 
@@ -272,14 +264,10 @@ class Target:
         namespace = namespace_of(self.run_key)
         return {name: task_run_id(namespace, name) for name in names}
 
-
-async def create(artifact: Artifact, client: PrefectClient) -> ArtifactResponse:
-    """Create ``artifact`` (its ``flow_run_id`` set): the recorder process makes them for
-    flow runs whose code runs elsewhere, outside any run context of its own, which Prefect
-    warns of (its default is the context's run)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return await artifact.acreate(client)
+    async def create(self, kind: str, data: Any, key: str, description: str) -> str:
+        """An artifact of this flow run (`made.create`)."""
+        return await made.create(self.client, kind, data, self.flow_run_id, key=key,
+                                 description=description)
 
 
 async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
@@ -287,27 +275,22 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
                   experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = description(title, summary.headline())
-    at = {"flow_run_id": target.flow_run_id}
-    await create(TableArtifact(table=table_artifact(summary_rows(summary)),
-                               key=artifact_key(series, "summary"),
-                               description=figures, **at), target.client)
+    await target.create("table", made.table_data(table_artifact(summary_rows(summary))),
+                        artifact_key(series, "summary"), figures)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
-    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "report"),
-                                  description=figures, **at), target.client)
+    await target.create("markdown", markdown, artifact_key(series, "report"), figures)
     url, shown = results_link(location)
-    await create(LinkArtifact(link=url, link_text=label(shown), key=artifact_key(series, "results"),
-                              description=results_description(title, series), **at),
-                 target.client)
+    await target.create("markdown", made.link_data(url, label(shown)),
+                        artifact_key(series, "results"), results_description(title, series))
 
 
 async def publish_comparison(series: str, title: str, markdown: str, headline: str,
                              target: Target) -> None:
     """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
     ``headline`` in its description, the history of the key)."""
-    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
-                                  description=description(title, headline),
-                                  flow_run_id=target.flow_run_id), target.client)
+    await target.create("markdown", markdown, artifact_key(series, "vs-previous"),
+                        description(title, headline))
 
 
 #: Runs the ``<series>-history`` table keeps, newest first.
@@ -322,14 +305,11 @@ async def publish_history(series: str, row: dict[str, Any], target: Target) -> l
     series' figures read night after night (the previous version's rows, plus this run).
     """
     key = artifact_key(series, "history")
-    found = await target.client.read_artifacts(
-        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-        sort=ArtifactSort.CREATED_DESC, limit=1)
-    earlier = read_table(found[0].data) if found else []
+    found = await internal.latest_artifacts(target.client, key, 1)
+    earlier = read_table(found[0].get("data")) if found else []
     rows = [row, *earlier][:HISTORY_ROWS]
     columns = list(dict.fromkeys(c for r in rows for c in r))
     table = [{c: r.get(c, "") for c in columns} for r in rows]
-    await create(TableArtifact(table=table_artifact(table), key=key, flow_run_id=target.flow_run_id,
-                               description=description(series, f"the last {len(rows)} runs, newest first")),
-                 target.client)
+    await target.create("table", made.table_data(table_artifact(table)), key,
+                        description(series, f"the last {len(rows)} runs, newest first"))
     return table

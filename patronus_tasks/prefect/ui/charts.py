@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefect.artifacts import MarkdownArtifact
-
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.ui import links as _links
+from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.artifacts import (
     Target,
     artifact_key,
-    create,
     description,
     results_link,
 )
@@ -42,7 +41,7 @@ from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
+    from patronus_tasks.prefect.internal import ApiClient
 
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
@@ -132,22 +131,19 @@ def _level(line: str, note: VerdictNote) -> int:
 
 
 async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
-                            client: PrefectClient) -> None:
+                            client: ApiClient) -> None:
     """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
     and log lines (its Logs tab, where a deployment's run opens: the figures, each
     evaluator against the previous run, the verdict), posted last before that run ends."""
-    from prefect.client.schemas.actions import ArtifactCreate, LogCreate
-
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC).isoformat()
     said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
-    logs = [LogCreate(name="patronus_tasks", level=_level(line, note), message=f"{title}: {line}",
-                      timestamp=now, flow_run_id=parent) for line in said]
+    logs = [{"name": "patronus_tasks", "level": _level(line, note), "message": f"{title}: {line}",
+             "timestamp": now, "flow_run_id": parent, "task_run_id": None} for line in said]
     if markdown is not None:
-        await client.create_artifact(ArtifactCreate(
-            type="markdown", data=markdown, flow_run_id=parent,
-            description=description(title, note.message)))
+        await made.create(client, "markdown", markdown, parent,
+                          description=description(title, note.message))
     await add_tags(client, parent, note.tags)
-    await client.create_logs(logs)
+    await internal.post_logs(client, logs)
 
 
 @dataclass(frozen=True)
@@ -189,8 +185,7 @@ async def publish_charts(series: str, title: str, experiment: Experiment, summar
     except Exception as exc:  # the history's chart
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None
-    await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
-                                  description=description(title, summary.headline()),
-                                  flow_run_id=target.flow_run_id), target.client)
+    await target.create("markdown", charts_md, artifact_key(series, "charts"),
+                        description(title, summary.headline()))
     return parent_markdown(title, experiment, summary, drawn.charts["rates"], drawn.report,
                            target.flow_run_id)

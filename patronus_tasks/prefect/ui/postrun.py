@@ -12,10 +12,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from prefect.states import Completed, Failed, State
-
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
+from patronus_tasks.prefect.states import RunState, completed, failed
 from patronus_tasks.prefect.ui import artifacts as _artifacts
 from patronus_tasks.prefect.ui import series as _series
 from patronus_tasks.prefect.ui.charts import draw_run, publish_charts, publish_to_parent
@@ -36,7 +35,7 @@ class Verdict:
     that failed (those checked here, ``fail_on_regression``, included) and the verdict
     against the previous run (`results.verdict`), which the experiment's process keeps."""
 
-    state: State
+    state: RunState
     lines: list[tuple[int, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     note: VerdictNote | None = None
@@ -128,6 +127,6 @@ def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
     # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
     # its deployment's page. The verdict leads the message and is in the tags.
     if not note.failures:
-        return Verdict(Completed(message=message), lines, note=note)
+        return Verdict(completed(message), lines, note=note)
     lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
-    return Verdict(Failed(message=message), lines, note.failures, note)
+    return Verdict(failed(message), lines, note.failures, note)

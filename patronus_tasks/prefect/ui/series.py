@@ -13,9 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-from prefect.client.schemas.sorting import ArtifactSort
-
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.report.cells import markdown_table, num, pct
@@ -26,8 +24,7 @@ from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.verdict import ALPHA, NotCompared, Rule, said
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
-    from prefect.client.schemas.objects import Artifact as ArtifactResponse
+    from patronus_tasks.prefect.internal import ApiClient
 
 logger = logging.getLogger("patronus_tasks")
 ROWS_SHOWN = 20
@@ -46,24 +43,23 @@ class PreviousRun:
 LINKS_READ = 20
 
 
-def _of_series(artifact: ArtifactResponse, series: str) -> bool:
-    said = re.search(r"\(series (.*)\)$", artifact.description or "")
+def _of_series(artifact: dict[str, Any], series: str) -> bool:
+    said = re.search(r"\(series (.*)\)$", artifact.get("description") or "")
     # A link from before says no series, or says it unescaped.
     return said is None or said.group(1) in (text(series), series)
 
 
-async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None:
+async def previous_run(series: str, client: ApiClient) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
-    found = await client.read_artifacts(
-        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, "results")])),
-        sort=ArtifactSort.CREATED_DESC, limit=LINKS_READ)
+    found = await internal.latest_artifacts(client, artifact_key(series, "results"), LINKS_READ)
     mine = [a for a in found if _of_series(a, series)]
     if not mine:
         return None
     # The target after the last "](": the link's text may hold one.
-    written = re.search(r".*\]\((.*)\)$", str(mine[0].data or ""))
-    target = written.group(1) if written else str(mine[0].data)
-    return PreviousRun(target, str(mine[0].flow_run_id) if mine[0].flow_run_id else None)
+    data, flow_run_id = mine[0].get("data"), mine[0].get("flow_run_id")
+    written = re.search(r".*\]\((.*)\)$", str(data or ""))
+    target = written.group(1) if written else str(data)
+    return PreviousRun(target, str(flow_run_id) if flow_run_id else None)
 
 
 def experiment_at(results_url: str, this: Experiment) -> Experiment:
