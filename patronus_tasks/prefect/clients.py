@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from patronus_tasks.prefect import client_settings
 from patronus_tasks.prefect.client_settings import ClientSettings
-from patronus_tasks.prefect.lean import LeanClient, tls_context
+from patronus_tasks.prefect.lean import LeanClient, tls_context, warm
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.internal import ApiClient
@@ -34,6 +34,8 @@ def use_environment(env: Mapping[str, str]) -> bool:
     """Make this process's clients lean when ``env`` gives every client setting (see
     `client_settings.from_env`); True if it does."""
     _MODE.lean = client_settings.from_env(env)
+    if _MODE.lean is not None:
+        warm(_MODE.lean)
     return _MODE.lean is not None
 
 

@@ -144,18 +144,38 @@ async def _send_once(client: ApiClient, method: str, path: str,
     with tests/prefect_gate.py)."""
     import httpx
 
-    http: Any = client._client  # Prefect's subclass of httpx.AsyncClient
+    http: Any = client._client  # Prefect's subclass of httpx.AsyncClient, or `lean`'s
     request = http.build_request(method, path, **kwargs)
     if method != "GET" and getattr(http, "enable_csrf_support", False):  # as Prefect's `send`
         await http._add_csrf_headers(request=request)
     if hasattr(http, "_add_attribution_headers"):
         http._add_attribution_headers(request)
     response = await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
+    if csrf_refused(response) and await _renew_csrf(http, request):
+        response = await httpx.AsyncClient.send(http, request)  # refused: not taken
     # As Prefect's `send` marks it: only a client that got an answer once retries a refused
     # connection (a server restarting). Unmarked, a post-run whose first answer came here
     # (`answers`) lost its artifacts to a restart (tests/test_recorder_restarts.py).
     http._has_connected = True
     return response
+
+
+def csrf_refused(response: httpx.Response) -> bool:
+    """Whether a Prefect server refused a change for its CSRF token (its middleware:
+    "Missing CSRF token.", "Invalid CSRF token or client identifier.")."""
+    return response.status_code == 403 and "CSRF token" in response.text
+
+
+async def _renew_csrf(http: Any, request: httpx.Request) -> bool:
+    """A new CSRF token on ``request`` (as Prefect's retry loop does on a stale one);
+    whether there is one to send it again with."""
+    if hasattr(http, "renew_csrf"):  # `lean.LeanHttp`: asks for one only once refused
+        return bool(await http.renew_csrf(request))
+    if not getattr(http, "enable_csrf_support", False):
+        return False
+    http.csrf_token = None
+    await http._add_csrf_headers(request=request)
+    return True
 
 
 async def answers(client: ApiClient) -> bool:

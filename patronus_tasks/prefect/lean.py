@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import functools
+import importlib
 import os
 import random
 import ssl
@@ -33,6 +35,7 @@ import httpx
 
 from patronus_tasks.http import retry_after
 from patronus_tasks.prefect.client_settings import ClientSettings
+from patronus_tasks.prefect.internal import csrf_refused
 
 #: The REST API version Prefect's client says it speaks (``X-PREFECT-API-VERSION``; the
 #: same in every Prefect release this package supports).
@@ -56,10 +59,15 @@ _ATTRIBUTION = {"PREFECT__WORKER_ID": "X-Prefect-Worker-Id",
 
 @dataclass
 class _Csrf:
-    """A server's CSRF token, shared by this process's clients of it: each of Prefect's
-    clients asked for its own (one more request before the first change of each)."""
+    """A server's CSRF token, shared by this process's clients of it (each of Prefect's
+    asked for its own: one more request before the first change of each). Asked for only
+    once the server refused a change without one (``enabled`` None until then): a server
+    answers the token's request 422 unless its CSRF protection is on, which is Prefect's
+    default, and that request was a round trip before the first flow run of every
+    experiment; a server that wants one (`server up`'s) refuses the first change (403),
+    which is then sent again with it."""
 
-    enabled: bool
+    enabled: bool | None = None
     token: str | None = None
     expires: dt.datetime | None = None
     client_id: str = ""
@@ -87,8 +95,7 @@ class LeanHttp(httpx.AsyncClient):
         self.max_retries = s.max_retries if max_retries is None else max_retries
         self.enable_csrf_support = s.csrf and not s.cloud
         key = (s.api_url, self.headers.get("Authorization", ""))
-        self._csrf = _CSRF.setdefault(key, _Csrf(self.enable_csrf_support,
-                                                 client_id=str(uuid.uuid4())))
+        self._csrf = _CSRF.setdefault(key, _Csrf(client_id=str(uuid.uuid4())))
         self._has_connected = False
 
     async def send(self, request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
@@ -108,10 +115,9 @@ class LeanHttp(httpx.AsyncClient):
                     raise
             else:
                 tries += response.headers.get("Prefect-Maintenance") != "true"
-                if response.status_code == 403 and "Invalid CSRF token" in response.text:
-                    self._csrf.token = None
-                    await self._add_csrf_headers(request)
-                elif response.status_code not in _RETRIED | self.settings.extra_codes:
+                if csrf_refused(response) and await self.renew_csrf(request):
+                    continue  # no token, or a stale one: again with a new one
+                if response.status_code not in _RETRIED | self.settings.extra_codes:
                     break
                 if tries > self.max_retries:
                     break
@@ -135,9 +141,21 @@ class LeanHttp(httpx.AsyncClient):
             if value := os.environ.get(name):
                 request.headers[header] = value
 
+    async def renew_csrf(self, request: httpx.Request) -> bool:
+        """The server refused ``request`` for its CSRF token (none, or a stale one): put a
+        new one on it; whether there is one to send it again with (not when
+        ``PREFECT_CLIENT_CSRF_SUPPORT_ENABLED`` is off, nor twice for one request)."""
+        if not self.enable_csrf_support or request.extensions.get("csrf_renewed"):
+            return False
+        request.extensions["csrf_renewed"] = True
+        self._csrf.enabled, self._csrf.token = True, None
+        await self._add_csrf_headers(request)
+        return self._csrf.token is not None
+
     async def _add_csrf_headers(self, request: httpx.Request) -> None:
-        """The CSRF token on ``request``, fetched first if there is none yet, or it expired
-        (a server with CSRF protection off answers 422, an old one 404: none is sent)."""
+        """The CSRF token on ``request`` once the server asked for one (`_Csrf`), fetched
+        first if there is none yet, or it expired (a server with CSRF protection off
+        answers 422, an old one 404: none is sent)."""
         csrf = self._csrf
         if not (self.enable_csrf_support and csrf.enabled):
             return
@@ -185,6 +203,16 @@ class LeanClient:
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self._client.__aexit__(kind, exc, tb)
+
+
+def warm(s: ClientSettings) -> None:
+    """Make now what the first request would wait for (measured: the TLS context 30 ms,
+    the first client 50 ms, anyio's asyncio backend, loaded by httpcore's first
+    connection, 60 ms), while the experiment's process is still sending its opening."""
+    LeanHttp(s)
+    with contextlib.suppress(ImportError):
+        importlib.import_module("httpcore._backends.anyio")
+        importlib.import_module("anyio._backends._asyncio")
 
 
 def _auth(s: ClientSettings) -> dict[str, str]:
