@@ -4,8 +4,10 @@
     recorder/  the recorder process: its channel, backlog, pacing, task-run and flow-run posting
     ui/        what the Prefect UI shows: artifacts, charts, series, links, progress
     server/    the Prefect servers: the built-in one, ``server up``, the production stack
-    internal.py, events.py, clients.py
+    internal.py, events.py, clients.py (lean.py, client_settings.py), flowruns.py, states.py
                Prefect's internals this package relies on, its event format, its clients
+               (the recorder's over plain httpx when the environment gives their settings),
+               flow runs and their states through the API
 
 May import: Prefect, and every layer of this package below it (`define`, `run`,
 `record`, `results`, `report`, the ground modules); nothing imports it but `api`, `cli`,
