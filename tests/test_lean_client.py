@@ -273,3 +273,20 @@ def test_the_recorder_process_records_without_importing_prefect(
     kinds = {a["type"] for a in api.post("/artifacts/filter", json={
         "artifacts": {"flow_run_id": {"any_": [out["flow_run_id"]]}}}).json()}
     assert kinds == {"table", "markdown", "progress"}
+
+
+def test_a_server_that_just_answered_is_not_asked_for_its_health(
+        clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before a run's post-run: the poster's answer 0.1 s before says it answers."""
+    monkeypatch.setattr(internal, "_ANSWERED_WITHIN", 0.2)
+    with serve(lambda r: (200, {}, {})) as fake:
+        async def ask() -> list[bool]:
+            async with LeanClient(_settings(fake.url)) as lean:
+                said = [await internal.answers(lean)]  # asked: nothing answered yet
+                await internal.post_events(lean, b"[]")
+                said.append(await internal.answers(lean))  # it just did
+                await asyncio.sleep(0.3)
+                return [*said, await internal.answers(lean)]  # asked again
+
+        assert asyncio.run(ask()) == [True, True, True]
+        assert [r.path for r in fake.requests] == ["/api/health", "/api/events", "/api/health"]
