@@ -297,19 +297,27 @@ async def publish_comparison(series: str, title: str, markdown: str, headline: s
 HISTORY_ROWS = 60
 
 
-async def publish_history(series: str, row: dict[str, Any], target: Target) -> list[dict[str, Any]]:
-    """``<series>-history``: the last runs of the series, one row each, newest first
-    (returned, as published).
+async def earlier_history(series: str, client: ApiClient) -> list[dict[str, Any]]:
+    """The rows of ``<series>-history`` as the series' previous run left them (ask before
+    publishing this run's)."""
+    found = await internal.latest_artifacts(client, artifact_key(series, "history"), 1)
+    return read_table(found[0].get("data")) if found else []
+
+
+def history_table(row: dict[str, Any], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history with this run's ``row`` first (at most `HISTORY_ROWS`, newest first)."""
+    rows = [row, *earlier][:HISTORY_ROWS]
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    return [{c: r.get(c, "") for c in columns} for r in rows]
+
+
+async def publish_history(series: str, table: list[dict[str, Any]], target: Target) -> None:
+    """``<series>-history`` (`history_table`): the last runs of the series, one row each,
+    newest first.
 
     The UI lists an artifact key's versions by id only: this one table is where a
     series' figures read night after night (the previous version's rows, plus this run).
     """
-    key = artifact_key(series, "history")
-    found = await internal.latest_artifacts(target.client, key, 1)
-    earlier = read_table(found[0].get("data")) if found else []
-    rows = [row, *earlier][:HISTORY_ROWS]
-    columns = list(dict.fromkeys(c for r in rows for c in r))
-    table = [{c: r.get(c, "") for c in columns} for r in rows]
-    await target.create("table", made.table_data(table_artifact(table)), key,
-                        description(series, f"the last {len(rows)} runs, newest first"))
-    return table
+    await target.create("table", made.table_data(table_artifact(table)),
+                        artifact_key(series, "history"),
+                        description(series, f"the last {len(table)} runs, newest first"))

@@ -11,7 +11,6 @@ client add both to any flow run; its state is its own flow's to set).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime as dt
 import logging
@@ -148,44 +147,42 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
 
 @dataclass(frozen=True)
 class Drawn:
-    """A run's charts (PNG, by name; None: nothing to draw) and its HTML report's place."""
+    """A run's charts (PNG, by name; None: nothing to draw), its HTML report's place and
+    its ``-charts`` markdown."""
 
     charts: dict[str, bytes | None]
     report: Path | Location | None
+    markdown: str
 
 
 def draw_run(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
-             html_report: bool) -> Drawn | None:
-    """Each chart drawn once, and the HTML report written (unless ``html_report`` is
-    False): CPU work, run off the event loop while the artifacts before the charts are
-    posted. None, said in a warning, when it failed: pictures are extras, the run and
-    its results stand."""
+             html_report: bool, history: list[dict[str, Any]]) -> Drawn | None:
+    """Each chart drawn once (the series' ``history`` too), the HTML report written
+    (unless ``html_report`` is False) and the ``-charts`` markdown made: CPU work, all of
+    it in one thread while the artifacts before the charts are posted (the history's
+    chart, drawn after them, was 0.2 s at the end of every run). None, said in a
+    warning, when it failed: pictures are extras, the run and its results stand."""
     try:
         compared = comparison if isinstance(comparison, Comparison) else None
         df = experiment.to_dataframe(SUMMARY_COLUMNS)
         drawn = {name: _charts.draw(name, summary, df, compared)
                  for name in ("rates", "scores", "comparison")}
-        return Drawn(drawn, report_after_run(experiment, compared, drawn) if html_report else None)
+        report = report_after_run(experiment, compared, drawn) if html_report else None
+        return Drawn(drawn, report, charts_markdown(title, experiment, summary, drawn, history,
+                                                    report))
     except Exception as exc:
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None
 
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
-                         history: list[dict[str, Any]], target: Target,
-                         drawing: Awaitable[Drawn | None]) -> str | None:
+                         target: Target, drawing: Awaitable[Drawn | None]) -> str | None:
     """Publish ``<series>-charts`` once ``drawing`` (`draw_run`) is done; return what the
     parent flow run shows of the run (None: the charts could not be drawn)."""
     drawn = await drawing
     if drawn is None:
         return None
-    try:
-        charts_md = await asyncio.to_thread(charts_markdown, title, experiment, summary,
-                                            drawn.charts, history, drawn.report)
-    except Exception as exc:  # the history's chart
-        logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
-        return None
-    await target.create("markdown", charts_md, artifact_key(series, "charts"),
+    await target.create("markdown", drawn.markdown, artifact_key(series, "charts"),
                         description(title, summary.headline()))
     return parent_markdown(title, experiment, summary, drawn.charts["rates"], drawn.report,
                            target.flow_run_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
@@ -69,14 +69,15 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
     # Drawn while the artifacts before them are posted: matplotlib's ~1 s (more on a
     # loaded machine) was the end of every small run, after all of them.
     drawing = asyncio.ensure_future(asyncio.to_thread(
-        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report))
+        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report,
+        run.history))
     await _artifacts.publish(p.series, p.title, run.summary, run.df, run.experiment.results_path,
                              p.target, run.experiment)
     await _artifacts.publish_comparison(p.series, p.title, run.seen.markdown, run.seen.headline,
                                         p.target)
-    history = await _artifacts.publish_history(p.series, run.seen.history_row, p.target)
-    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, history,
-                                     p.target, drawing)
+    await _artifacts.publish_history(p.series, run.history, p.target)
+    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, p.target,
+                                     drawing)
     note = judge(run.summary, run.seen.comparison, run.rule, closing.gate_failures)
     await add_tags(p.target.client, p.target.flow_run_id, note.tags)
     if p.parent is not None:
@@ -93,22 +94,26 @@ class _Run:
     summary: Summary
     rule: Rule
     seen: _series.InSeries
+    history: list[dict[str, Any]]  # the series' history with this run first
 
 
 async def _against_previous(p: Publishing, closing: Closing) -> _Run:
     """The results read and compared in threads: the server is asked for the previous run
-    meanwhile, and the recorder's poster, on this loop, is not held up."""
-    asking = asyncio.ensure_future(_series.previous_run(p.series, p.target.client))
+    and the series' history meanwhile, and the recorder's poster, on this loop, is not
+    held up."""
+    asking = asyncio.gather(_series.previous_run(p.series, p.target.client),
+                            _artifacts.earlier_history(p.series, p.target.client))
     try:
         experiment, df, summary = await asyncio.to_thread(_read, p.out_dir)
     except BaseException:
         asking.cancel()
         raise
-    previous = await asking
+    previous, earlier = await asking
     rule = closing.rule or rule_of(None, closing.fail_on_regression)
     seen = await asyncio.to_thread(_series.in_series, p.title, previous, experiment, summary,
                                    p.target.ids, rule)
-    return _Run(experiment, df, summary, rule, seen)
+    return _Run(experiment, df, summary, rule, seen,
+                _artifacts.history_table(seen.history_row, earlier))
 
 
 def _read(out_dir: Location) -> tuple[Experiment, pd.DataFrame, Summary]:
