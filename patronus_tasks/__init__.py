@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from patronus_tasks.results.experiment import Experiment
     from patronus_tasks.results.summary import Summary
     from patronus_tasks.review import review
+    from patronus_tasks.sweep.api import asweep, sweep
+    from patronus_tasks.sweep.result import Sweep
     from patronus_tasks.trace import span, traced
     from patronus_tasks.tracing import init
 
@@ -60,7 +62,7 @@ _HOMES = {
                      "UnparseableResponseError"], "exceptions"),
     "RemoteEvaluator": "patronus", "Experiment": "results.experiment",
     "Summary": "results.summary", "review": "review", "init": "tracing", "traced": "trace",
-    "span": "trace",
+    "span": "trace", "sweep": "sweep.api", "asweep": "sweep.api", "Sweep": "sweep.result",
 }
 
 
@@ -101,12 +103,14 @@ __all__ = [
     "RemoteEvaluator",
     "Row",
     "Summary",
+    "Sweep",
     "Task",
     "TaskResult",
     "UnparseableResponseError",
     "Usage",
     "__version__",
     "arun_experiment",
+    "asweep",
     "evaluator",
     "init",
     "load_dataset",
@@ -117,6 +121,7 @@ __all__ = [
     "simple_evaluator",
     "simple_task",
     "span",
+    "sweep",
     "task",
     "traced",
 ]

@@ -57,6 +57,16 @@ class LocalKeeper:
         pass  # the rows done are written: nothing else to end
 
     def experiment(self) -> Experiment:
+        """The experiment, judged first against its baseline when one is pinned
+        (``baseline=``) or accepted beside its results (its manifest keeps the verdict, and
+        the HTML report's header states it)."""
+        from patronus_tasks.record.manifest_file import note_verdict
+        from patronus_tasks.results.baselines import judged_here
+        from patronus_tasks.results.verdict import Rule
+
+        note = judged_here(Experiment(self.spec.out_dir), self.spec.rule or Rule(), self.spec.baseline)
+        if note is not None:
+            note_verdict(self.spec.out_dir, note)
         return Experiment(self.spec.out_dir, _report_afterwards(self.spec))
 
     async def verdict(self, failures: list[str], calls: int) -> list[str]:

@@ -51,7 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOWEST = ("test_main_job", "test_stack", "test_security", "test_lint", "test_judges", "test_backends",
            "test_results_first", "test_hosts", "test_object_store", "test_workers",
            "test_local_server", "test_recorder_restarts", "test_flows_http", "test_deployment",
-           "test_rate_limits", "test_rag_flow", "test_costs_repeats_metrics", "test_prefect_ui",
+           "test_rate_limits", "test_rag_flow", "test_sweep_prefect",
+           "test_costs_repeats_metrics", "test_prefect_ui",
            "test_review", "test_recorder", "test_resume", "test_cache", "test_compare_cli", "test_bad_input")
 
 

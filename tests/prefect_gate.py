@@ -48,6 +48,9 @@ class Gate:
     #: as from a proxy whose upstream answered too late. The next ones, this many.
     lose_answers: int = 0
     answers_lost: int = 0
+    #: Called before a lost answer's 504 goes out: a test waits there until the server
+    #: recorded what was forwarded (the proxy's answer came too late, the server has it).
+    before_lost_answer: Callable[[], None] | None = None
     limit: Limit | None = None
     #: Sees each post of events the gate forwards (its body) and returns what to forward.
     on_events: Callable[[bytes], bytes] | None = None
@@ -161,6 +164,8 @@ def _handler(gate: Gate, client: httpx.Client) -> type:
                     gate.flow_run_made()
             if decided is None and self.command == "POST" and path == "/api/events" \
                     and gate.answer_lost():
+                if gate.before_lost_answer is not None:
+                    gate.before_lost_answer()
                 self._answer(504, {}, b'{"exception_message":"Gateway Timeout"}')
                 return
             self._answer(upstream.status_code, {k: v for k, v in upstream.headers.items()

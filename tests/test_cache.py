@@ -265,7 +265,7 @@ def test_text_to_sql_second_run_is_cached_on_prefect(prefect_server: str, tmp_pa
     assert states["perform_sql_query-q01-r1"][:2] == ("COMPLETED", "Cached")
     assert states["perform_sql_query-q07-r2"][:2] == ("FAILED", "Failed")
     assert states["perform_sql_query-q08-r1"][1] == "Cached"  # a cached skip (not SQL)
-    not_passed = states["✗ result_matches_gold-q03-r2"]  # its name marked: it did not pass
+    not_passed = states["(x) result_matches_gold-q03-r2"]  # its name marked: it did not pass
     assert not_passed[1] == "Cached" and "Not passed" in (not_passed[2] or "")
     cached = [n for n, s in states.items() if s[1] == "Cached"]
     assert len(cached) == len(states) - 2

@@ -16,6 +16,7 @@ from patronus_tasks import ConfigError, Row, evaluator, run_experiment
 from patronus_tasks.cli import app
 from patronus_tasks.results.compare import compare_experiments
 from patronus_tasks.results.store import list_experiments, load_experiment
+from patronus_tasks.results.verdict import Rule, said
 
 from .conftest import ROOT
 
@@ -373,11 +374,16 @@ def test_rows_whose_task_failed_count_as_worse_never_left_out(results_dir: Path)
                                  print_summary=False, html_report=False).path
             for name, broken in (("base", set()), ("some", {1, 2}), ("all", set(range(1, 6))))}
     some = compare_experiments(runs["base"], runs["some"]).evaluators[0]
-    assert (some.paired, some.pass_rate_a, some.pass_rate_b) == (5, 1.0, 0.6)
+    # The pass rates are each run's summary's (of judged rows), the failed tasks said apart
+    assert (some.paired, some.pass_rate_a, some.pass_rate_b, some.not_judged_b) == (5, 1.0, 1.0, 2)
     assert some.regressed == ["1", "2"] and some.improved == []
+    assert "rows whose task failed (not judged): 0 → 2" in said(some, Rule())
+    assert Rule().movement(some) == "worse"
     everything = compare_experiments(runs["base"], runs["all"])
     assert [(e.evaluator, e.pass_rate_b, len(e.regressed)) for e in everything.evaluators] == [
-        ("exact", 0.0, 5)]
+        ("exact", None, 5)]
+    assert everything.evaluators[0].regressed_significantly() is False  # 5 rows: p=0.0625
+    assert "100.0% → - (no row judged)" in said(everything.evaluators[0], Rule())
     gated = CliRunner().invoke(app, ["compare", str(runs["base"]), str(runs["all"]),
                                      "--fail-on-worse"])
     assert gated.exit_code == 1, gated.stdout

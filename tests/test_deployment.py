@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -103,12 +104,13 @@ def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path
     keys = {a.key for a in artifacts}  # one series: the deployment's, whatever the name
     series = "text-to-sql-nightly"  # the deployment's name says it all: a short key
     assert keys == {f"{series}-{k}" for k in ("summary", "report", "results", "progress",
-                                               "vs-previous", "history", "charts")}
+                                               "vs-previous", "history", "charts", "baseline")}
     # The deployment's own flow run carries the verdict: its state's name, its tags (one
     # row's SQL fails by design: errors), the figures in its message.
     assert parent.state.name == child.state.name == "Completed"  # Prefect's: the lists filter by it
     assert "errors" in parent.tags and "errors" in child.tags
-    assert parent.state.message.startswith("Errors: 12 rows: result_matches_gold 66.7% passed (6/9)")
+    assert parent.state.message.startswith(
+        "Errors: 12 rows: result_matches_gold 6 of 9 judged rows passed (66.7%); 1 row's task failed")
     assert child.parameters["series"] == "text-to-sql-eval/text-to-sql-nightly/text-to-sql"
     assert child.parameters["rows"] == 12 and child.parameters["task"] == "perform_sql_query"
     path = results / "text-to-sql" / "deployed" / "results.parquet"
@@ -234,3 +236,11 @@ def _sqlite_busy(entry: str) -> bool:
     # the worker's next heartbeat (30 s) goes through. Seen here only on a loaded machine
     # (load 10 on 2 cores, the whole suite and three other test runs).
     return "sqlite3.OperationalError) database is locked" in entry
+
+
+def test_every_deployment_names_the_work_pool() -> None:
+    # `prefect deploy --all` stops at the first deployment without one, after deploying the
+    # ones before it: a merge that drops a `work_pool:` breaks `server up` for everyone.
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    missing = [d["name"] for d in spec["deployments"] if not d.get("work_pool")]
+    assert missing == []

@@ -93,7 +93,7 @@ def test_a_rubric_judge_reads_every_field_and_never_passes_silently(results_dir:
     stats = exp.summary().evaluators[0]
     assert (stats.passed, stats.judged, stats.unscored, stats.errors) == (2, 3, 5, 5)
     assert stats.pass_rate == pytest.approx(2 / 3)
-    assert "66.7% passed (2/3), 5 unscored" in exp.summary().headline()
+    assert "2 of 3 judged rows passed (66.7%), 5 unscored" in exp.summary().headline()
     assert "5 unscored: no verdict, out of the pass rate" in exp.format_summary()
     # Tokens of every call that answered, the model named; the key nowhere.
     assert got["r0"]["evaluation_input_tokens"] == 100 and got["r0"]["evaluation_model"] == "judge-1"

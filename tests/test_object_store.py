@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -294,6 +296,18 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
 
     target = f"s3://{BUCKET}/{prefix}/S3_Linked-ddd83ad1/nightly/results.parquet"
     assert asyncio.run(links()) == [f"[{target}]({target})"]
+    # The charts link the HTML report with a pre-signed link a browser opens (its expiry said)
+    async def charts() -> str:
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[artifact_key("S3 Linked", "charts")])))
+        return str(found[0].data)
+
+    signed = re.search(r"HTML report: \[report\.html\]\((http://[^)]+)\) \(a pre-signed link, "
+                       r"valid until \d{4}-\d\d-\d\d \d\d:\d\d UTC\)", asyncio.run(charts()))
+    assert signed and "X-Amz-Signature=" in signed.group(1) and "testing%2F" in signed.group(1)
+    opened = httpx.get(signed.group(1))
+    assert opened.status_code == 200 and "<title>S3 Linked/nightly</title>" in opened.text
     assert str(exp.results_path) == _url(s3, f"{prefix}/S3_Linked-ddd83ad1/nightly/results.parquet")
     assert exp.to_dataframe()["pass"].all()
     # The records catch up in the background, noting it in the manifest in S3 (before
@@ -317,3 +331,30 @@ def test_link_artifact_points_at_the_s3_object(s3: str, prefect_server: str) -> 
     report = asyncio.run(compared())
     assert "Previous run: **nightly**" in report and f"`{target}`" in report
     assert "| ok | same | 0 / 0 | 100.0% → 100.0% |" in report
+
+
+def test_a_presigned_link_is_signed_as_aws_signs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's link in object storage: Signature Version 4 in the query, as botocore
+    makes it for the same time (AWS's own endpoint, and an S3-compatible one); never with a
+    session token (it would sit in the link)."""
+    import datetime as dt
+
+    import botocore.auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from patronus_tasks.record.presign import EXPIRES, presigned
+
+    now = dt.datetime(2026, 11, 28, 2, 0, tzinfo=dt.UTC)
+    env = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_REGION": "eu-west-1",
+           "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: now.replace(tzinfo=None))
+    for url in ("s3://my-bucket/results/text to sql/exp-1/report.html",
+                "s3://b/p/r.html?endpoint_override=127.0.0.1:9000&scheme=http"):
+        mine = presigned(url, now, env)
+        assert not isinstance(mine, str) and mine.expires == now + dt.timedelta(days=7)
+        request = AWSRequest(method="GET", url=mine.url.split("?")[0])
+        botocore.auth.S3SigV4QueryAuth(Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
+                                       "s3", "eu-west-1", expires=EXPIRES).add_auth(request)
+        assert mine.url == request.url
+    assert "session token" in str(presigned("s3://b/k", now, {**env, "AWS_SESSION_TOKEN": "t"}))

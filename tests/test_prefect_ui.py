@@ -8,6 +8,8 @@ import asyncio
 import base64
 import json
 import re
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from prefect.client.schemas.filters import (
     LogFilterTaskRunId,
 )
 from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
-from prefect.states import State
+from prefect.states import Completed, State
 
 from patronus_tasks import (
     EvaluationResult,
@@ -37,7 +39,7 @@ from patronus_tasks import (
 )
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.prefect.ui.artifacts import artifact_key, summary_rows
-from patronus_tasks.report.cells import table_chars
+from patronus_tasks.report.cells import TABLE_BOX_PX, table_px
 from patronus_tasks.results.compare import compare_experiments
 
 from .conftest import RECORDED_WITHIN
@@ -111,11 +113,11 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     # A verdict that did not pass is marked in its name: the graph and the lists write it.
     assert states == {
         "echo-q01": ("COMPLETED", "Completed"), "matches-q01": ("COMPLETED", "Passed"),
-        "echo-q02": ("COMPLETED", "Completed"), "✗ matches-q02": ("COMPLETED", "Not passed"),
+        "echo-q02": ("COMPLETED", "Completed"), "(x) matches-q02": ("COMPLETED", "Not passed"),
         "echo-q03": ("FAILED", "Failed"),
         "echo-q04": ("COMPLETED", "Completed"), "matches-q04": ("FAILED", "Failed"),
     }
-    runs["matches-q02"] = runs["✗ matches-q02"]
+    runs["matches-q02"] = runs["(x) matches-q02"]
     assert runs["matches-q01"].state.message == "score 1"
     failed_verdict = runs["matches-q02"].state.message
     assert failed_verdict.startswith("score 0 · the rows differ because of many")
@@ -150,13 +152,17 @@ def test_task_runs_say_their_verdict_and_the_flow_run_its_figures(
     message = flow_run.state.message
     assert flow_run.state.is_completed() and flow_run.state.name == "Completed"  # said, tagged
     assert "errors" in flow_run.tags and "regressed" not in flow_run.tags
-    assert message.startswith("Errors: 4 rows: matches 33.3% passed (1/3)")  # an error: not passed
+    # One pass rate, over the judged rows: q03's task failed (not judged), q04's evaluator
+    # errored (judged, not passed); said where the rows errored.
+    assert message.startswith("Errors: 4 rows: matches 1 of 3 judged rows passed (33.3%); 1 row's "
+                              "task failed; 1 evaluation errored (not passed)")
     assert "task errors 1, evaluator errors 1" in message and str(exp.results_path) in message
     last = logs.index(f"results: {exp.results_path}")
     assert logs[last - 3: last + 2] == [
-        "matches 33.3% passed (1/3)", "task errors 1, evaluator errors 1",
+        "matches 1 of 3 judged rows passed (33.3%); 1 row's task failed; 1 evaluation errored "
+        "(not passed)", "task errors 1, evaluator errors 1",
         "This is the first run of its series: nothing to compare with yet.",
-        f"results: {exp.results_path}", f"Finished in state Completed('{message}')"]
+        f"results: {exp.results_path}", f"Finished in state Completed({message!r})"]
 
 
 async def _artifacts(series: str, kind: str) -> list[Any]:
@@ -201,8 +207,9 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     # The calling flow runs say the verdict first in their messages (their tags say it too);
     # one row worse than the night before is "worse", p-value or not.
     assert first_state.message.startswith("First run: ") and second_state.is_completed()
-    assert second_state.message.startswith(
-        "Regressed: right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
+    assert second_state.message.startswith(  # the first night is the series' baseline
+        f"Regressed since {second['experiment_name']}, against baseline {first['experiment_name']}: "
+        "right worse: 1 worse / 0 better rows; 100.0% → 95.0% (-5.0 points); p=1")
     series = "ui-nightly/ui-series"
     assert third.info.series == series
     summaries = asyncio.run(_artifacts(series, "summary"))
@@ -210,7 +217,7 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     flow_runs = {str(a.flow_run_id) for a in summaries}
     assert flow_runs == {first["flow_run_id"], second["flow_run_id"], third.manifest["flow_run_id"]}
     newest = max(summaries, key=lambda a: a.created)
-    assert "right 55.0% passed (11/20)" in (newest.description or "")
+    assert "right 11 of 20 rows passed (55.0%)" in (newest.description or "")
     compared = sorted(asyncio.run(_artifacts(series, "vs-previous")), key=lambda a: a.created)
     assert "first run of its series" in compared[0].data
     from patronus_tasks import Experiment
@@ -232,16 +239,18 @@ def test_runs_of_a_flow_form_a_series_compared_run_to_run(
     assert "| right | worse | 1 / 0 |" in compared[1].data  # -5 points: worse, not significant
     asyncio.run(_assert_failed(third.manifest["flow_run_id"]))
     _assert_charts(series, third, nights=3)
-    asyncio.run(_assert_parent_figures(third))
+    asyncio.run(_assert_parent_figures(third, first["experiment_name"], second["experiment_name"]))
     asyncio.run(_assert_tags(first["flow_run_id"], second["flow_run_id"], third))
+    assert "## Against the baseline" in table and f"**Regressed since {second['experiment_name']}**" in table
     # The history: one table, the series' runs newest first (the UI lists a key's
     # versions by id only).
     history = max(asyncio.run(_artifacts(series, "history")), key=lambda a: a.created).data
     rows = history if isinstance(history, list) else json.loads(history)
-    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
-    assert [(r["experiment"], r["right"], r["regressed"]) for r in rows] == [
-        (third.name, "55.0%", "right"), (Experiment(second["path"]).name, "95.0%", "right"),
-        (Experiment(first["path"]).name, "100.0%", "")]
+    assert table_px(rows) <= TABLE_BOX_PX  # fits the UI's box at a 1,500 px window (Chromium)
+    assert [(r["experiment"], r["right"], r["verdict"]) for r in rows] == [
+        (third.name, "55.0% worse", "Gate failed"), (Experiment(second["path"]).name, "95.0% worse",
+                                                     "Regressed"),
+        (Experiment(first["path"]).name, "100.0%", "First run")]
 
 
 async def _assert_tags(first: str, second: str, third: Any) -> None:
@@ -255,11 +264,14 @@ async def _assert_tags(first: str, second: str, third: Any) -> None:
             for name, run in runs.items()}
     for found in (runs, parents):
         assert not {"regressed", "gate-failed"} & set(found["first"].tags)
-        assert {"regressed", "regressed:right"} <= set(found["second"].tags)
+        assert found["second"].tags[0] == "regressed"  # first: Prefect's v2 UI shows the first that fit
         assert "gate-failed" not in found["second"].tags
-        assert {"regressed", "regressed:right", "gate-failed"} <= set(found["third"].tags)
-    assert runs["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
-    assert parents["second"].state.message.startswith("Regressed: right worse: 1 worse / 0 better")
+        assert {"regressed", "gate-failed"} <= set(found["third"].tags)
+    # Each evaluator's tag on the experiment's flow run; on the calling run the verdict's alone
+    # (Prefect's v1 UI sorts tags and shows the last that fit: regressed:right pushed it out).
+    assert "regressed:right" in runs["second"].tags and "regressed:right" not in parents["second"].tags
+    assert runs["second"].state.message.startswith("Regressed since ")
+    assert parents["second"].state.message.startswith("Regressed since ")
     assert parents["third"].state.is_failed()  # a failed gate still fails the calling run
 
 
@@ -279,12 +291,13 @@ def _assert_charts(series: str, exp: Any, nights: int) -> None:
         "against the previous run", "the series run by run"]
     assert all(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000 for _, png in pictures)
     assert "[9 verdicts did not pass](/runs?tab=task-runs&tag=verdict%3Anot-passed" in charts.data
-    report = exp.path / "report.html"
-    assert report.is_file() and f"({report.resolve().as_uri()})" in charts.data
+    report = exp.path / "report.html"  # a browser follows no file:// link from the UI: the command
+    assert report.is_file() and f"`python -m webbrowser {report.resolve().as_uri()}`" in charts.data
+    assert "(file:" not in charts.data
     assert len(asyncio.run(_artifacts(series, "history"))) == nights
 
 
-async def _assert_parent_figures(exp: Any) -> None:
+async def _assert_parent_figures(exp: Any, first: str, second: str) -> None:
     """The flow run that called the experiment shows its figures: an artifact, and as its
     last log lines the figures, each evaluator against the previous run, the verdict."""
     async with get_client() as client:
@@ -295,27 +308,31 @@ async def _assert_parent_figures(exp: Any) -> None:
         logs = [log.message for log in await client.read_logs(
             LogFilter(flow_run_id=LogFilterFlowRunId(any_=[parent])))]
     ours = [a for a in found if a.type == "markdown"]  # (Prefect keeps the failure's result too)
-    assert len(ours) == 1 and "right 55.0% passed (11/20)" in ours[0].data
+    assert len(ours) == 1 and "right 11 of 20 rows passed (55.0%)" in ours[0].data
     assert f"/runs/flow-run/{child.id}" in ours[0].data and len(_pictures(ours[0].data)) == 1
     title = f"ui-series/{exp.name}"
     mine = [i for i, line in enumerate(logs) if line.startswith(title)]
     assert [logs[i] for i in mine] == [
-        f"{title}: right 55.0% passed (11/20)", f"{title}: task errors 0, evaluator errors 0",
+        f"{title}: right 11 of 20 rows passed (55.0%)", f"{title}: task errors 0, evaluator errors 0",
         f"{title}: vs previous run {exp.manifest['verdict']['lines'][2].split('vs previous run ')[1]}",
-        f"{title}: verdict: Gate failed (regressed, regressed:right, gate-failed)"]
+        f"{title}: vs baseline {exp.manifest['verdict']['lines'][3].split('vs baseline ')[1]}",
+        f"{title}: verdict: Gate failed since {second}, against baseline {first} "
+        "(regressed, regressed:right, gate-failed)"]
     assert "right worse: 8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078" in logs[mine[2]]
+    assert f"vs baseline {first} (first run): right worse: 9 worse / 0 better rows" in logs[mine[3]]
     # Ours are the last lines but Prefect's own (the flow's failure, its end).
     assert all(not line.startswith("ui-series/") for line in logs[mine[-1] + 1:])
-    assert mine == list(range(mine[0], mine[0] + 4))
+    assert mine == list(range(mine[0], mine[0] + 5))
 
 
 async def _assert_failed(flow_run_id: str) -> None:
     async with get_client() as client:
         run = await client.read_flow_run(flow_run_id)
-    assert run.state.is_failed() and run.state.message.startswith("Gate failed: quality gate failed")
+    assert run.state.is_failed() and run.state.message.startswith("Gate failed since ")
+    assert ": quality gate failed: " in run.state.message
     assert ("right [link 0] regressed (significantly) against the previous run: right worse: "
             "8 worse / 0 better rows; 95.0% → 55.0% (-40.0 points); p=0.0078") in run.state.message
-    assert "right 55.0% passed (11/20)" in run.state.message
+    assert "right 11 of 20 rows passed (55.0%)" in run.state.message
 
 
 def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir: Path) -> None:
@@ -327,11 +344,11 @@ def test_tables_read_as_percentages_and_counts(prefect_server: str, results_dir:
     assert rows == [{"evaluator": "matches", "pass rate": "33.3%", "passed": "1/3",
                      "mean score": "0.5 (0 to 1)", "results": 2, "errors": "1",
                      "task errors": 1, "skips": "0"}]
-    assert table_chars(rows) <= 100  # fits the UI at a 1,500 px window (checked in Chromium)
+    assert table_px(rows) <= TABLE_BOX_PX  # fits the UI's box at a 1,500 px window (Chromium)
     report = asyncio.run(_artifacts("ui-tables", "report"))[0].data
     assert "| evaluator | pass rate | passed |" in report  # the summary as a table
     assert "| matches | 33.3% | 1/3 |" in report
-    assert LONG[:100] in report and LONG not in report and "…" in report
+    assert LONG[:55] in report and LONG not in report and "…" in report  # cut: v1 does not wrap
     assert exp.info.series == "ui-tables"
 
 
@@ -379,3 +396,69 @@ def test_a_second_run_of_a_name_is_tagged_and_linked_apart(results_dir: Path) ->
                             backend="local", results_dir=results_dir, print_summary=False,
                             html_report=False)
     assert "tag=run%3Atry-1-3" in links.findings(second) and "run%3A" not in links.findings(first)
+
+
+#: The tags shown (not counted in a "+N") in the row of the run named (%r): Prefect's two
+#: UIs cut a run's tags to what fits (v2 keeps the first, v1 sorts them, keeps the last).
+_VISIBLE_TAGS = """(() => {
+  const name = [...document.querySelectorAll('a, span, div')].find(e => e.children.length == 0
+      && e.textContent.trim() == %r);
+  let row = name;
+  while (row && !row.querySelector('[data-slot=tag-badge-group], .p-tag-wrapper')) row = row.parentElement;
+  if (!row) return null;
+  const group = row.querySelector('[data-slot=tag-badge-group], .p-tag-wrapper');
+  const shown = [...group.querySelectorAll('[data-slot=tag-badge-group-item], .p-tag-wrapper__tag')]
+    .filter(e => e.getBoundingClientRect().width > 0 && !e.closest('[data-slot=tag-badge-group-measure]')
+                 && !/p-tag-wrapper__tag--(hidden|invisible)/.test(e.className))
+    .map(e => e.innerText.trim());
+  return shown.length || group.innerText.includes('+') ? shown : null;
+})()"""
+
+
+def test_a_regressed_night_shows_its_verdict_tag_on_the_deployment_page_at_1280_px(
+        prefect_server: str, tmp_path: Path) -> None:
+    """A nightly deployment's run tagged as a regressed night is (`add_tags` with
+    `calling_tags`), on its deployment's page at 1,280 px in both of Prefect's UIs: the
+    `regressed` tag is among those shown, not in the "+N" (it was at 1,280 and 1,500 px:
+    v2 showed the deployment's tags first, v1 the last after sorting)."""
+    from .chromium import Browser, chromium_or_skip
+    from .test_security import _UI
+
+    chromium_or_skip()
+    deployment = asyncio.run(_a_regressed_night())
+    ui = _UI(prefect_server)
+    try:
+        with Browser(1280, 1000) as b:
+            for name, base in (("v2", "/v2"), ("v1", "")):
+                b.open(f"{ui.url}{base}/deployments/deployment/{deployment}")
+                shown = b.wait_for(_VISIBLE_TAGS % NIGHT)
+                time.sleep(0.5)  # the group measures itself once drawn: read it again then
+                shown = b.js(_VISIBLE_TAGS % NIGHT)
+                b.screenshot(tmp_path / f"{name}-deployment-1280.png")
+                assert "regressed" in shown, (name, shown)
+    finally:
+        ui.close()
+
+
+#: A nightly's run name (`experiment_flow_run_name`).
+NIGHT = "text-to-sql @ 11-28 02:00"
+
+
+async def _a_regressed_night() -> str:
+    """A deployment of the bundled nightly's tags and a run of it, Completed, tagged by the
+    verdict of a regressed night with errors as the recorder tags the calling run."""
+    from patronus_tasks.prefect.flowruns import add_tags
+    from patronus_tasks.record.manifest import VerdictNote
+    from patronus_tasks.results.verdict import calling_tags
+
+    note = VerdictNote(name="Regressed", message="", tags=[
+        "regressed", "regressed:result_matches_gold", "regressed:same_query", "errors"])
+    async with get_client() as client:
+        flow = await client.create_flow_from_name("text-to-sql-eval")  # the bundled flow's name
+        deployment = await client.create_deployment(flow, f"nightly-{uuid.uuid4().hex[:8]}",
+                                                    tags=["patronus-tasks", "eval:text-to-sql"])
+        run = await client.create_flow_run_from_deployment(
+            deployment, name=NIGHT, tags=["auto-scheduled"])
+        await client.set_flow_run_state(run.id, Completed(), force=True)
+        await add_tags(client, str(run.id), calling_tags(note))
+    return str(deployment)

@@ -10,10 +10,12 @@ SURFACE = {
         "Cache", "Client", "ConfigError", "Dataset", "DatasetError", "EvaluationResult", "Evaluator",
         "Experiment", "ExperimentError", "InvalidResultError", "JudgeError", "Link", "Parent",
         "PatronusTasksError", "QualityGateError", "RemoteAPIError", "RemoteEvaluator", "Row",
-        "Summary", "Task", "TaskResult", "UnparseableResponseError", "Usage", "__version__",
-        "arun_experiment", "evaluator", "init", "load_dataset", "read_csv", "read_jsonl",
-        "review", "run_experiment", "simple_evaluator", "simple_task", "span", "task", "traced",
+        "Summary", "Sweep", "Task", "TaskResult", "UnparseableResponseError", "Usage",
+        "__version__", "arun_experiment", "asweep", "evaluator", "init", "load_dataset",
+        "read_csv", "read_jsonl", "review", "run_experiment", "simple_evaluator", "simple_task",
+        "span", "sweep", "task", "traced",
     },
+    "patronus_tasks.sweep": {"MATRIX_COLUMNS", "Sweep", "asweep", "sweep"},
     # The Patronus SDK 0.1.x's modules, under the names its programs import them by.
     "patronus_tasks.experiments": {
         "BaseEvaluatorAdapter", "ChainLink", "Dataset", "EvalParent", "EvalsMap",
@@ -44,7 +46,8 @@ SURFACE = {
     "patronus_tasks.http": {"Endpoint", "RemoteAPIError"},
     "patronus_tasks.patronus": {"PatronusReporter", "RemoteAPIError", "RemoteDataset",
                                 "RemoteEvaluator", "patronus_endpoint"},
-    "patronus_tasks.prefect": {"experiment_flow_run_name", "use_built_in_server", "verdict_state"},
+    "patronus_tasks.prefect": {"accept_baseline", "experiment_flow_run_name", "use_built_in_server",
+                               "verdict_state"},
     "patronus_tasks.review": {"MAX_PAGE_SIZE", "PAGE_SIZE", "Review", "Reviewable", "review",
                               "review_in_terminal", "reviewed_experiment"},
     "patronus_tasks.evaluators": {

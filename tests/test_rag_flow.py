@@ -53,7 +53,8 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     flow = _flow_module().rag_eval
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     offline = flow(results_dir=str(tmp_path), experiment_name="offline", return_state=True)
-    assert offline.message.endswith("(LLM judges skipped)") and "pii 90.0% passed" in offline.message
+    assert offline.message.endswith("(LLM judges skipped)")
+    assert "pii 9 of 10 rows passed (90.0%)" in offline.message
     assert "LLM judges skipped: OPENAI_BASE_URL is not set" in capsys.readouterr().out
     # The HTML report of a dataset with list-valued columns (the passages) is written too.
     assert (tmp_path / "rag-qa" / "offline" / "report.html").stat().st_size > 10_000
@@ -64,9 +65,10 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
         state = flow(results_dir=str(tmp_path), experiment_name="judged", return_state=True)
     manifest = state.result()
     assert "skipped" not in state.message
-    assert "faithfulness 70.0% passed (7/10)" in state.message  # three answers invent facts
-    assert "factuality 90.0% passed (9/10)" in state.message
-    assert "context_relevance 100.0% passed" in state.message  # every set is at least half relevant
+    assert "faithfulness 7 of 10 rows passed (70.0%)" in state.message  # three answers invent facts
+    assert "factuality 9 of 10 rows passed (90.0%)" in state.message
+    # every set is at least half relevant
+    assert "context_relevance 10 of 10 rows passed (100.0%)" in state.message
     assert len(server.requests) == 40 and {r.body["model"] for r in server.requests} == {"local-judge"}
 
     async def task_runs() -> dict[str, str]:
@@ -88,8 +90,8 @@ def test_rag_flow_offline_then_with_judges(prefect_server: str, tmp_path: Path,
     assert len(runs) == 10 * 9  # the task and eight evaluators per row, each its own task run
     # each judge's model call a task run nested under its evaluator's
     assert len(spans) == 40 and {s.name.rsplit("-", 1)[0] for s in spans} == {"chat local-judge"}
-    assert runs["✗ faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
-    assert runs["context_recall-r05"] == "Passed" and runs["✗ answers-r07"] == "Not passed"
+    assert runs["(x) faithfulness-r09"] == "Not passed" and runs["faithfulness-r01"] == "Passed"
+    assert runs["context_recall-r05"] == "Passed" and runs["(x) answers-r07"] == "Not passed"
 
     # The next night the judges' endpoint is down (nothing listens): every judge's verdict
     # is missing. With the gate asked for, the night fails, saying it could not be checked

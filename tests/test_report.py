@@ -90,7 +90,7 @@ def test_the_report_shows_charts_and_rows_to_filter_sort_and_open(results_dir: P
     page = exp.path / REPORT_FILE  # every run writes it beside its results
     assert page.is_file()
     records = len(exp.to_dataframe())
-    with Browser() as b:
+    with Browser(1500, 1000) as b:
         b.open(page.as_uri())
         assert _shown(b) == records
         # The charts are drawn: decoded images of real size.
@@ -99,7 +99,8 @@ def test_the_report_shows_charts_and_rows_to_filter_sort_and_open(results_dir: P
         assert [alt for alt, _ in sizes] == ["pass rate per evaluator", "score distribution per evaluator"]
         assert all(width > 300 for _, width in sizes)
         summary = b.js("document.querySelector('table.figures').innerText")
-        assert "exact" in summary and "33/36" in summary  # 3 wrong, 4 with the model down
+        # 3 wrong; 4 with the model down are not judged, said so
+        assert "exact" in summary and "33 of 36 judged rows; 4 rows' tasks failed" in summary
         assert "cost_usd: 20" in b.js("document.body.innerText")  # per row, not per record
         # Filter by verdict: the verdicts that did not pass, and only those.
         _choose(b, "f-verdict", "not passed")
@@ -122,16 +123,21 @@ def test_the_report_shows_charts_and_rows_to_filter_sort_and_open(results_dir: P
             b.js("[...document.querySelectorAll('#rows th')].find(th => th.textContent === 'score').click()")
         scores = [float(s) for s in _column(b, "score")]
         assert scores == sorted(scores, reverse=True) and len(scores) == 36
-        # The page fits its window (1,400 px here): nothing runs off sideways.
+        # The page fits its window (1,500 px here): nothing runs off sideways.
         assert b.js("document.documentElement.scrollWidth <= window.innerWidth")
         # A row opened: its input, output, gold answer, explanation.
         _choose(b, "f-evaluator", "exact")
         b.js("[...document.querySelectorAll('#rows tbody tr')]"
              ".find(tr => tr.innerText.includes('s02')).click()")
         opened = b.wait_for(OPENED)
-        # The drawer sits beside the table, never over it (nor over the opened row).
-        assert b.js("document.querySelector('#rows').getBoundingClientRect().right "
-                    "<= document.querySelector('#detail').getBoundingClientRect().left + 1")
+        # The drawer sits beside the table's card, never over it (nor over the opened row),
+        # and leaves each column a word or two (cells were squeezed to "tool_c…", ~40 px):
+        # the table scrolls sideways in its card instead.
+        assert b.js("document.querySelector('#rows').closest('section').getBoundingClientRect()"
+                    ".right <= document.querySelector('#detail').getBoundingClientRect().left + 1")
+        cells = b.js("[...document.querySelectorAll('#rows tbody tr:first-child td')]"
+                     ".map(td => td.clientWidth)")
+        assert min(cells) >= 80, cells
         assert b.js("document.documentElement.scrollWidth <= window.innerWidth")
         assert "question 2 <b>&</script>" in opened  # the text as written, never as markup
         assert "wrong 2" in opened and "answer 2" in opened
@@ -220,3 +226,14 @@ def test_the_series_chart_draws_one_entry_per_line_in_distinct_colours() -> None
     same_minute = [{**history[0], "started": "2026-11-25 20:07:55"}, history[1]]
     labels = [t.get_text() for t in history_figure(nights(same_minute)).axes[0].get_xticklabels()]
     assert labels == ["11-25 20:07:43", "11-25 20:07:55"]
+
+
+def test_a_run_worse_than_its_baseline_says_so_first_in_its_report(results_dir: Path) -> None:
+    """The verdict against the baseline is the report's header (its red section was 1,200 px
+    down); here a local run judged against the run pinned with baseline=."""
+    base = _run(results_dir, "base", wrong=set(), html_report=False)
+    worse = _run(results_dir, "worse", wrong={1, 2, 3, 4}, baseline=str(base.path))
+    note = worse.manifest.verdict
+    assert (note.name, note.baseline, note.since, note.worse) == ("Regressed", "base", "worse", ["exact"])
+    assert ("<p class='verdict moved worse' id=verdict>Regressed since worse, against baseline base: "
+            "exact worse</p>") in (worse.path / REPORT_FILE).read_text()

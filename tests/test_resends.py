@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,21 @@ def test_a_resend_after_a_stall_sends_only_the_states_the_server_lacks(prefect_s
     asyncio.run(scenario())
 
 
+def _final_runs(ids: list[str]) -> int:
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(task_run_filter=TaskRunFilter(id=TaskRunFilterId(any_=ids)))
+    return sum(1 for r in runs if r.state is not None and r.state.is_final())
+
+
+def _until(check: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "the server never recorded what it was sent"
+        time.sleep(0.2)
+
+
 async def _until_async(check: Any) -> None:
     while not await check():
         await asyncio.sleep(0.2)
@@ -104,7 +120,14 @@ def test_a_post_whose_answer_is_lost_is_never_sent_again_before_the_server_is_as
                           e["resource"]["prefect.state-type"]) for e in events)
         return orjson.dumps(events)
 
+    def server_has_them() -> None:
+        # On a loaded machine the server's consumers can lag past the stall: what it took
+        # then looks lost to anyone who asks. This test is about the answer, not the lag.
+        runs = [f[1].removeprefix("prefect.task-run.") for f in forwarded]
+        _until(lambda: _final_runs(runs) == len(runs), 60)
+
     prefect_gate.on_events, prefect_gate.lose_answers = seen, 1
+    prefect_gate.before_lost_answer = server_has_them
     rows = 100
     exp = run_experiment("answers-lost", data=[{"evaluated_model_output": str(i)} for i in range(rows)],
                          evaluators=[_short], results_dir=results_dir, print_summary=False)

@@ -275,15 +275,19 @@ def test_on_prefect_each_span_is_a_task_run_nested_under_its_call(prefect_server
         assert runs[f"plan-{sid}"].task_key == "span-agent" and "span:agent" in runs[f"plan-{sid}"].tags
     assert runs["lookup-a"].state_type.value == "COMPLETED"
     assert runs["lookup-b"].state_type.value == "FAILED"  # the span raised; the row went on
-    async def logs() -> list[str]:
+    async def logs(name: str) -> list[str]:
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
 
         async with get_client() as client:
             found = await client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(
-                any_=[runs["lookup-b"].id])))
+                any_=[runs[name].id])))
             return [log.message for log in found]
-    assert asyncio.run(logs()) == ["tool span 'lookup' failed: KeyError: 'beta'"]
+    assert asyncio.run(logs("lookup-b")) == ["tool span 'lookup' failed: KeyError: 'beta'"]
+    # a model call's page opens on its logs: they say its model, tokens and cost
+    assert asyncio.run(logs("chat-a")) == [
+        "llm span 'chat': model gpt-4o-mini · 1000 in / 500 out tokens · $0.000450"]
+    assert asyncio.run(logs("plan-a")) == []  # no model: nothing to say
     assert runs["tooled-b"].state_type.value == "COMPLETED"
     # a coarser level drops the spans first
     calls_only = run_experiment("spans", data=ROWS, task=tooled, record="calls",

@@ -4,6 +4,7 @@ message; the options that set it; and the state a calling flow ends in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,15 @@ from patronus_tasks import ConfigError, QualityGateError, Row, evaluator, run_ex
 from patronus_tasks.prefect import verdict_state
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.summary import EvaluatorStats, Summary
-from patronus_tasks.results.verdict import NotCompared, Rule, judge, rule_of, said
+from patronus_tasks.results.verdict import (
+    Baseline,
+    NotCompared,
+    Rule,
+    calling_tags,
+    judge,
+    rule_of,
+    said,
+)
 
 from .conftest import RECORDED_WITHIN
 
@@ -70,6 +79,38 @@ def test_the_verdict_names_tags_and_says_it() -> None:
     assert headline("This is the first run of its series.") == "no previous run to compare with"
     assert judge(summary(), None, Rule()).name == "Completed"
     assert judge(summary(errors=2), None, Rule()).tags == ["errors"]
+
+
+def test_a_regression_against_the_baseline_stays_until_a_run_is_accepted() -> None:
+    """Night 2 halved the pass rate; night 3, as broken, is the same as night 2: against
+    the baseline (night 1) it stays Regressed, since night 2. Night 4 after night 3 was
+    accepted: Unchanged."""
+    halved = moved("judge", 2 / 3, 1 / 3, 3, 0, p=0.25)
+    night2 = Comparison("night-1", "night-2", [halved], 0, 0)
+    second = judge(summary(), night2, Rule(), baseline=Baseline("night-1", "first run", night2,
+                                                                previous=True))
+    assert (second.name, second.baseline, second.since) == ("Regressed", "night-1", "night-2")
+    assert second.message.startswith("Regressed since night-2, against baseline night-1: judge "
+                                     "worse: 3 worse / 0 better rows; 66.7% → 33.3%")
+    assert not [line for line in second.lines if line.startswith("vs baseline")]  # said once
+    same = Comparison("night-2", "night-3", [moved("judge", 1 / 3, 1 / 3, 0, 0)], 0, 0)
+    base = Comparison("night-1", "night-3", [halved], 0, 0)
+    third = judge(summary(), same, Rule(), baseline=Baseline("night-1", "first run", base,
+                                                             since=second.since))
+    assert (third.name, third.since, third.worse) == ("Regressed", "night-2", ["judge"])
+    assert third.tags == ["regressed", "regressed:judge"] and calling_tags(third) == ["regressed"]
+    assert third.message.startswith("Regressed since night-2, against baseline night-1: judge worse")
+    assert "vs baseline night-1 (first run): judge worse: 3 worse / 0 better rows" in third.lines[-1]
+    gated = judge(summary(), same, Rule(fail_on="worse"), baseline=Baseline("night-1", "accepted", base))
+    assert gated.failures == ["judge [link 0] regressed (worse) against the baseline night-1: "
+                              + said(halved, Rule())]
+    accepted = Comparison("night-3", "night-4", [moved("judge", 1 / 3, 1 / 3, 0, 0)], 0, 0)
+    fourth = judge(summary(), accepted, Rule(), baseline=Baseline("night-3", "accepted", accepted,
+                                                                  previous=True))
+    assert (fourth.name, fourth.tags, fourth.since) == ("Unchanged", [], None)
+    # Off Prefect (no previous run known), against an accepted baseline alone.
+    alone = judge(summary(), None, Rule(), baseline=Baseline("night-3", "accepted", accepted))
+    assert alone.name == "Unchanged"
 
 
 def test_no_evaluator_in_both_runs_is_not_compared_and_fails_a_gate() -> None:
@@ -157,6 +198,64 @@ def test_verdict_state_without_prefect_says_the_figures(results_dir: Path) -> No
     exp = night(3, results_dir, backend="local")
     state = verdict_state(exp)
     assert state.is_completed() and state.name == "Completed"  # Prefect's name: lists filter by it
-    assert state.message == ("Completed: 20 rows: right 85.0% passed (17/20); task errors 0, "
-                             "evaluator errors 0")
+    assert state.message == ("Completed: 20 rows: right 17 of 20 rows passed (85.0%); task "
+                             "errors 0, evaluator errors 0")
     assert state.data == exp.manifest.to_json()
+
+
+def test_nights_stay_regressed_against_the_baseline_until_one_is_accepted(
+        prefect_server: str, results_dir: Path) -> None:
+    """Three nights on a real server (good, halved, halved again): the third, the same as
+    the second, keeps `regressed` against the series' baseline (its first night) and says
+    since the second; `patronus-tasks accept` the third, and a fourth like it is Unchanged."""
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    series = "verdict-baseline"
+    nights = []
+    for i, wrong in enumerate((0, 10, 10), 1):  # named: two in one second share a name
+        nights.append(night(wrong, results_dir, series=series, experiment_name=f"night-{i}"))
+        assert nights[-1].wait_recorded(RECORDED_WITHIN)
+    first, second, third = (n.manifest.verdict for n in nights)
+    assert (first.name, first.baseline) == ("First run", None)
+    assert (second.name, second.baseline, second.since) == ("Regressed", nights[0].name, nights[1].name)
+    assert (third.name, third.since) == ("Regressed", nights[1].name)  # night 2 alone: "Unchanged"
+    assert {"regressed", "regressed:right"} <= set(third.tags)
+    assert third.message.startswith(f"Regressed since {nights[1].name}, against baseline "
+                                    f"{nights[0].name}: right worse: 10 worse / 0 better rows")
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # no server named: no throwaway one
+        refused = CliRunner().invoke(app, ["accept", str(nights[2].path)])
+    assert refused.exit_code == 2 and "no PREFECT_API_URL is set" in refused.stderr
+    accepted = CliRunner().invoke(app, ["accept", str(nights[2].path)])
+    assert accepted.exit_code == 0, accepted.output
+    assert accepted.output.startswith(f"{series}: the baseline is now {nights[2].name}")
+    fourth = night(10, results_dir, series=series, experiment_name="night-4")
+    assert fourth.wait_recorded(RECORDED_WITHIN)
+    note = fourth.manifest.verdict
+    assert (note.name, note.baseline, note.since, note.tags) == ("Unchanged", nights[2].name, None, [])
+    # compare names the baseline each run was judged against
+    shown = CliRunner().invoke(app, ["compare", str(nights[1].path), str(nights[2].path)])
+    assert (f"B's verdict: Regressed since {nights[1].name}, against baseline {nights[0].name}"
+            in shown.stdout), shown.stdout
+
+
+def test_off_prefect_a_run_is_accepted_beside_the_results(results_dir: Path) -> None:
+    """A run not kept on Prefect: accept keeps its series' baseline in the project's
+    results folder (baselines.json), and the next local run is judged against it."""
+    from typer.testing import CliRunner
+
+    from patronus_tasks.cli import app
+
+    good = night(0, results_dir, backend="local", experiment_name="good")
+    assert good.manifest.verdict is None  # no baseline yet: nothing to judge against
+    accepted = CliRunner().invoke(app, ["accept", str(good.path)])
+    assert accepted.exit_code == 0, accepted.output
+    kept = json.loads((good.path.parent / "baselines.json").read_text())
+    assert kept["verdict-rule"]["run"] == good.path.name
+    worse = night(4, results_dir, backend="local", experiment_name="worse")
+    note = worse.manifest.verdict
+    assert (note.name, note.baseline, note.worse) == ("Regressed", "good", ["right"])
+    assert verdict_state(worse).message.startswith("Regressed since worse, against baseline good")

@@ -1,5 +1,5 @@
-"""The ``patronus-tasks`` command line: run, list, show, compare, export, report and
-review experiments.
+"""The ``patronus-tasks`` command line: run, list, show, compare, accept, export, report
+and review experiments.
 
 Exit codes: 0 success; 1 a quality gate failed (``--min-pass-rate``,
 ``--fail-on-regression``, ``--fail-on-worse``); 2 a usage error (bad arguments, unknown experiment, bad file).
@@ -40,8 +40,8 @@ def _said(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 for _fn, _name in ((run.run, None), (browse.list_, "list"), (browse.show, None),
-                   (browse.compare, None), (browse.export, None), (browse.report, None),
-                   (review.review, None)):
+                   (browse.compare, None), (browse.accept, None), (browse.export, None),
+                   (browse.report, None), (review.review, None)):
     _add(_fn, _name)
 app.add_typer(server.server, name="server")
 

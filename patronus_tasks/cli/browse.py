@@ -17,7 +17,8 @@ from patronus_tasks.procs import alive
 from patronus_tasks.record.location import redact, scrub
 from patronus_tasks.record.manifest import Manifest
 from patronus_tasks.record.records import STATUS_ERROR
-from patronus_tasks.results.compare import Comparison, compare_experiments
+from patronus_tasks.results.baselines import accepted_here, series_of
+from patronus_tasks.results.compare import Comparison, compare_experiments, run_label
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.store import scan
 from patronus_tasks.results.verdict import ALPHA, Rule, not_compared, rule_of, said
@@ -115,8 +116,9 @@ def show(experiment: ExperimentArg, failures: Annotated[bool, typer.Option(
             echo(line)
 
 
-def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's name, run folder or path.")],
-            b: Annotated[str, typer.Argument(help="The run compared with it (name, run folder or path).")],
+def compare(runs: Annotated[list[str], typer.Argument(
+                help="The baseline (an experiment's name, run folder or path), then the runs "
+                "compared with it: one for the row-by-row comparison, more for a matrix.")],
             fail_on_regression: Annotated[bool, typer.Option(
                 "--fail-on-regression", help="Exit 1 when an evaluator regressed "
                 "significantly (p < 0.05), as fail_on_regression=True.")] = False,
@@ -132,18 +134,27 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
                 "repeats, else 'mean').")] = None,
             results_dir: ResultsDir = None) -> None:
     """Compare experiment B with baseline A, pairing rows by sample id; then their
-    dataset-level metrics, tokens and cost."""
-    try:
-        result = compare_experiments(*load_two(a, b, results_dir), pair=pair)
-    except ConfigError as exc:
-        raise usage(str(exc)) from None
+    dataset-level metrics, tokens and cost. With more runs (A B C ...), each against A in
+    one matrix (as a sweep's), p adjusted for the comparisons (Holm)."""
+    if len(runs) < 2:
+        raise usage("compare needs a baseline and at least one run to compare with it.")
     try:
         rule = rule_of(drop, False)
     except ConfigError:  # its message names the Python option (regression_threshold)
         raise usage(f"--drop must be a fall from 0 to 1 (0.05: 5 points), not {drop:g}") from None
+    if len(runs) > 2:
+        _compare_many(runs, rule, pair, fail_on_regression, fail_on_worse, results_dir)
+        return
+    try:
+        pair_of_runs = load_two(runs[0], runs[1], results_dir)
+        result = compare_experiments(*pair_of_runs, pair=pair)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
     # Which runs first, then what got worse or better, counts before p-values; the figures.
     header, _, figures = result.format().partition("\n")
     echo(header)
+    for line in _baselines_said(*pair_of_runs):
+        echo(line)
     echo("\n".join(said(e, rule, many_links=True) for e in result.evaluators) + "\n")
     echo(figures)
     failing = _compare_gates(result, rule, fail_on_regression, fail_on_worse)
@@ -151,6 +162,66 @@ def compare(a: Annotated[str, typer.Argument(help="The baseline: an experiment's
         say("gate failed", message)
     if failing:
         raise typer.Exit(EXIT_GATE)
+
+
+def _compare_many(runs: list[str], rule: Rule, pair: str | None, significant: bool, worse: bool,
+                  results_dir: str | None) -> None:
+    """Every run against the first, in one matrix; the gates over all of them."""
+    from patronus_tasks.sweep.compare import compare_runs
+
+    try:
+        result = compare_runs([load(r, results_dir) for r in runs], rule, pair)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    echo(result.format())
+    failing = result.gates(significant, worse)
+    for message in failing:
+        say("gate failed", message)
+    if failing:
+        raise typer.Exit(EXIT_GATE)
+
+
+def _baselines_said(a: Experiment, b: Experiment) -> list[str]:
+    """Each run's own verdict and the baseline it was judged against (its series'), and
+    the baseline accepted beside the results: which run the team holds as good."""
+    lines = []
+    for which, e in (("A", a), ("B", b)):
+        note = e.manifest.verdict
+        if note is not None and note.baseline:
+            since = f" since {note.since}" if note.since else ""
+            lines.append(f"{which}'s verdict: {note.name}{since}, against baseline {note.baseline}")
+    accepted = accepted_here(b.location.parent, series_of(b))
+    if accepted is not None:
+        lines.append(f"the series' accepted baseline ({series_of(b)}): {run_label(accepted)}"
+                     + (" (A)" if accepted.location == a.location else ""))
+    return lines
+
+
+def accept(run: Annotated[str, typer.Argument(help="The run to hold as good: its name, run "
+                                                   "folder or path.")],
+           results_dir: ResultsDir = None) -> None:
+    """Make RUN the baseline of its series: the runs after it are judged against it; prints
+    the series' new baseline. On Prefect (a run recorded there) the server keeps it: set
+    PREFECT_API_URL and its auth string (`patronus-tasks server env`); else a file beside
+    the results."""
+    from patronus_tasks.prefect import accept_baseline
+
+    load(run, results_dir)  # an unknown run: said as every command says it
+    try:
+        said_ = accept_baseline(run, results_dir)
+    except ConfigError as exc:
+        raise usage(str(exc)) from None
+    except Exception as exc:  # the server did not answer, or refused
+        from prefect.settings import get_current_settings
+
+        from patronus_tasks.prefect.clients import refused, refused_fix
+
+        url = get_current_settings().api.url
+        why = refused_fix(url) if refused(exc) else (
+            f"the Prefect API at {url} did not take it ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}): is it up, and PREFECT_API_URL set to it?")
+        raise usage(f"could not accept {run}: {why}") from None
+    echo(said_)
 
 
 def _compare_gates(result: Comparison, rule: Rule, significant: bool, worse: bool) -> list[str]:

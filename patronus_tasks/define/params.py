@@ -22,7 +22,8 @@ ROW_FIELDS = (
     "evaluated_model_retrieved_context",
     "evaluated_model_system_prompt",
 )
-TASK_PARAMS = tuple(sorted((*ROW_FIELDS, "parent", "row", "tags")))
+#: ``variant``: a sweep's cell, its parameter values (`define.variant`; empty outside one).
+TASK_PARAMS = tuple(sorted((*ROW_FIELDS, "parent", "row", "tags", "variant")))
 #: ``trace``: the task's spans (`trace.Trace`): its model and tool calls, for trajectory
 #: evaluators.
 EVALUATOR_PARAMS = tuple(sorted((*TASK_PARAMS, "task_result", "trace")))

@@ -330,6 +330,21 @@ def _not_a_project_name(given: object) -> str:
             "task=..., evaluators=[...]), import it from patronus_tasks.experiments.")
 
 
+def _pinned(baseline: str | Path | None, results_dir: str | Path | None) -> str | None:
+    """The link to the results of the run ``baseline=`` names (checked before any row
+    runs: a run judged against nothing would read "Unchanged")."""
+    if baseline is None:
+        return None
+    from patronus_tasks.record.location import link_target
+    from patronus_tasks.results.store import load_experiment
+
+    try:
+        found = load_experiment(baseline, results_dir)
+    except ConfigError as exc:
+        raise ConfigError(f"baseline={str(baseline)!r}: {exc}") from None
+    return link_target(found.results_path)
+
+
 def make_spec(project_name: str, *, data: DataInput | None = None,
               **options: Unpack[ExperimentOptions]) -> ExperimentSpec:
     """Check every argument and build the `ExperimentSpec`; raise `ConfigError` on mistakes."""
@@ -384,6 +399,7 @@ def make_spec(project_name: str, *, data: DataInput | None = None,
                               task_runner=task_runner, dask_address=o["dask_address"],
                               on_progress=o["on_progress"], series=o["series"],
                               fail_on_regression=rule.fail_on is not None, rule=rule,
+                              baseline=_pinned(o["baseline"], o["results_dir"]),
                               reporters=(*(o["reporters"] or ()), *_otel.reporters()), record=o["record"],
                               html_report=bool(o["html_report"]), repeats=repeats,
                               cache=cache_setting(o["cache"]), results_root=root,

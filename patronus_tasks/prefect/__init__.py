@@ -18,6 +18,8 @@ called.
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,7 +40,10 @@ def use_built_in_server() -> None:
 
 
 def experiment_flow_run_name() -> str:
-    """A flow run name saying which experiment and when: ``<experiment or project> @ <time>``.
+    """A flow run name saying which experiment and when: ``<experiment or project> @ <month-day
+    hour:minute>`` (``text-to-sql @ 11-28 02:00``). Short: at 1,280 px the Prefect UI's
+    deployment page gives a run's tags what its flow's and its own name leave, and with the
+    year and the seconds the verdict's tag was left out (the run's card says its whole date).
 
     For flows whose parameters include ``experiment_name`` and/or ``project``:
     ``@flow(flow_run_name=experiment_flow_run_name)``.
@@ -48,7 +53,7 @@ def experiment_flow_run_name() -> str:
     params = flow_run.parameters or {}
     name = params.get("experiment_name") or params.get("project") or flow_run.flow_name
     when = flow_run.scheduled_start_time
-    return f"{name} @ {when:%Y-%m-%d %H:%M:%S}" if when else str(name)
+    return f"{name} @ {when:%m-%d %H:%M}" if when else str(name)
 
 
 def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[Any]:
@@ -76,4 +81,58 @@ def verdict_state(experiment: Experiment, timeout: float | None = 300) -> State[
     return kind(message=note.message, data=manifest.to_json())
 
 
-__all__ = ["experiment_flow_run_name", "use_built_in_server", "verdict_state"]
+def accept_baseline(run: str | Path, results_dir: str | Path | None = None) -> str:
+    """Make ``run`` (a name, run folder or path, as `load_experiment` takes it) the
+    baseline of its series: the runs after it are judged against it (and against their
+    previous run); a regression against the old baseline stops being kept. Returns what it
+    says (the series, its new baseline).
+
+    A run recorded on Prefect: the server keeps it (the ``<series>-baseline`` artifact; it
+    needs ``PREFECT_API_URL``, and the auth string of a `patronus-tasks server up` stack),
+    so every worker sees it; inside a flow run (the bundled ``accept-baseline``
+    deployment), on that flow run. Any other: a file beside the results
+    (``<results>/<project>/baselines.json``)."""
+    import httpx
+
+    from patronus_tasks.exceptions import ConfigError
+    from patronus_tasks.results.baselines import accept_here, series_of
+    from patronus_tasks.results.store import load_experiment
+
+    experiment = load_experiment(run, results_dir)
+    recorded = experiment.manifest.flow_run_id
+    if recorded is None:
+        return accept_here(experiment)
+    from prefect.runtime import flow_run
+    from prefect.settings import get_current_settings
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from patronus_tasks.prefect import internal
+    from patronus_tasks.prefect.clients import get_client
+    from patronus_tasks.prefect.ui import baselines
+
+    url = get_current_settings().api.url
+    if not url:  # Prefect would start a server of its own, and forget it at the exit
+        raise ConfigError(_elsewhere(experiment, "no PREFECT_API_URL is set"))
+
+    async def accept() -> str:
+        async with get_client() as client:
+            try:
+                await internal.read_flow_run(client, str(uuid.UUID(recorded)))
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 404:
+                    raise
+                raise ConfigError(_elsewhere(experiment, f"the Prefect API at {url} has no flow "
+                                                         f"run {recorded}")) from None
+            return await baselines.record(series_of(experiment), experiment, client, flow_run.id)
+
+    return str(run_coro_as_sync(accept()))
+
+
+def _elsewhere(experiment: Experiment, why: str) -> str:
+    return (f"{experiment.name} was recorded on a Prefect server, which keeps its series' "
+            f"baseline, and {why}: point PREFECT_API_URL at that server (a `patronus-tasks "
+            "server up` stack: eval \"$(patronus-tasks server env)\" where it runs) and accept "
+            "again")
+
+
+__all__ = ["accept_baseline", "experiment_flow_run_name", "use_built_in_server", "verdict_state"]

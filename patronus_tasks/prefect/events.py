@@ -101,8 +101,10 @@ NOT_PASSED_TAG = "verdict:not-passed"
 #: What a verdict that did not pass shows before its name. Prefect's UI colours a task run
 #: by its state's type only (a finding is of the completed type: green, with a tick, in
 #: the lists and the graph); its name is what a client can set, and the graph writes it.
-#: Its id still derives from the plain name.
-NOT_PASSED_MARK = "✗ "
+#: ASCII: the v1 UI's run graph draws names with a bitmap font of ASCII characters only
+#: ("✗ " left a blank before the plain name on its green bar; screenshots of both UIs'
+#: graphs in Chromium). Its id still derives from the plain name.
+NOT_PASSED_MARK = "(x) "
 
 
 def shown_name(name: str, state: State) -> str:

@@ -104,11 +104,13 @@ async def finish(client: ApiClient, flow_run_id: str, state: RunState,
 
 
 async def add_tags(client: ApiClient, flow_run_id: str, tags: list[str]) -> None:
-    """Add ``tags`` to a flow run's (its own and those of the experiment's parent run:
-    Prefect lets any client change a flow run's tags, which every list of runs shows)."""
+    """Put ``tags`` first among a flow run's (its own and those of the experiment's parent
+    run: Prefect lets any client change a flow run's tags, which every list of runs shows).
+    First: Prefect's v2 UI shows a run's tags in their order, as many as fit, the rest
+    counted in a "+N" (at 1280 px the deployment page has room for one)."""
     if not tags:
         return
     had = list((await internal.read_flow_run(client, flow_run_id)).get("tags") or [])
-    merged = list(dict.fromkeys([*had, *tags]))
+    merged = list(dict.fromkeys([*tags, *had]))
     if merged != had:
         await internal.update_flow_run(client, flow_run_id, {"tags": merged})

@@ -292,10 +292,12 @@ async def update_artifact(client: ApiClient, artifact_id: str, body: dict[str, A
     await _request(client, "PATCH", f"/artifacts/{artifact_id}", json=body)
 
 
-async def latest_artifacts(client: ApiClient, key: str, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` artifacts of ``key`` (``POST /artifacts/filter``), as JSON."""
+async def latest_artifacts(client: ApiClient, key: str, limit: int,
+                           offset: int = 0) -> list[dict[str, Any]]:
+    """The newest ``limit`` artifacts of ``key`` after the ``offset`` newest (``POST
+    /artifacts/filter``), as JSON."""
     body = {"artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC", "limit": limit,
-            "offset": 0}
+            "offset": offset}
     return list((await _post(client, "/artifacts/filter", json=body)).json())
 
 

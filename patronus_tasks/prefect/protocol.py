@@ -49,6 +49,9 @@ class ParentRun:
     flow_run_id: str
     flow_name: str
     deployment_id: str | None = None
+    #: Another opening of the same process (a sweep's), whose flow run the recorder process
+    #: makes: ``flow_run_id`` is filled there, once it exists.
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class Opening:
     record: RecordMode = "all"
     persisting: bool | None = None  # whether the server stores events, if known here
     html_report: bool = True  # write report.html beside the results
+    #: ``"sweep"``: a sweep's flow run, its variants' experiments its subflows; no calls of
+    #: its own, its artifacts made by the sweep's process (`SweepEnd`).
+    kind: Literal["experiment", "sweep"] = "experiment"
+    baseline: str | None = None  # a run pinned to judge against (its results' link)
 
     @property
     def out_dir(self) -> Location:
@@ -88,6 +95,27 @@ class Closing:
     calls: int = 0  # calls made, recorded or not
     why: str | None = None  # what interrupted it
     rule: Rule | None = None  # when it is worse than the previous run, and what that fails
+    sweep: SweepEnd | None = None  # a sweep's end: what its flow run shows
+
+
+#: Where a sweep's Markdown links into the Prefect UI: the recorder process, which has
+#: Prefect's settings loaded, puts the UI's path there (`ui.links.ui_prefix`); the sweep's
+#: process makes the Markdown after its rows, when importing Prefect could be too late
+#: (at the interpreter's exit it fails).
+UI_PREFIX = "{{prefect-ui}}"
+
+
+@dataclass(frozen=True)
+class SweepEnd:
+    """What a sweep's flow run ends with: its artifacts (key, markdown, description), its
+    state's message, tags, whether it failed; ``children``: its variants' openings, whose
+    flow runs end before it."""
+
+    artifacts: tuple[tuple[str, str, str], ...] = ()
+    message: str = ""
+    tags: tuple[str, ...] = ()
+    failed: bool = False
+    children: tuple[str, ...] = ()
 
 
 @dataclass

@@ -107,16 +107,19 @@ class UsageTotal(_Model):
 
 
 class VerdictNote(_Model):
-    """The run against the previous run of its series, as Prefect shows it
-    (`results.verdict`): a name, tags, a message, log lines, and what got worse or better."""
+    """The run against the previous run of its series and its baseline, as Prefect shows
+    it (`results.verdict`): a name, tags, a message, log lines, and what got worse or
+    better."""
 
     name: str  # Regressed, Gate failed, Errors, Improved, Unchanged, First run
     message: str
     tags: list[str] = []
     lines: list[str] = []
-    worse: list[str] = []  # evaluators
+    worse: list[str] = []  # evaluators (against the previous run or the baseline)
     better: list[str] = []
     failures: list[str] = []  # gates that failed (``fail_on_regression`` included)
+    baseline: str | None = None  # the run judged against besides the previous one
+    since: str | None = None  # the first night of a regression against it still on
 
 
 class Manifest(_Model):

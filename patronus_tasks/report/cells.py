@@ -36,13 +36,14 @@ def _shown(value: Any, width: int = CELL_CHARS) -> str:
     return str(value) if isinstance(value, Markdown) else cut(fold(_value(value)), width)
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
-    """``rows`` (dicts with the same keys) as the lines of a markdown table."""
+def markdown_table(rows: list[dict[str, Any]], width: int = CELL_CHARS) -> list[str]:
+    """``rows`` (dicts with the same keys) as the lines of a markdown table, each cell cut
+    at ``width`` characters."""
     if not rows:
         return ["(no evaluations)"]
     head = list(rows[0])
     lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows]
+    return lines + ["| " + " | ".join(_cell(r[k], width) for k in head) + " |" for r in rows]
 
 
 def table_chars(rows: list[dict[str, Any]]) -> int:
@@ -52,3 +53,32 @@ def table_chars(rows: list[dict[str, Any]]) -> int:
     if not rows:
         return 0
     return sum(max(len(str(k)), *(len(_shown(r.get(k))) for r in rows)) + 3 for k in rows[0])
+
+
+def md_text(value: Any) -> str:
+    """User text (a name, a label) in Markdown outside a table, made safe as a cell is."""
+    return _cell(value, width=10_000)
+
+
+#: A table artifact's widths in the Prefect UI's v2 (its default) at a 1,500 px window,
+#: fitted to two tables measured in Chromium (1,208 and 802 px): ~6.6 px a character, ~37
+#: a column's padding; the box that holds the table is 804 px (v1's: 946). Cells do not wrap.
+CHAR_PX, COLUMN_PX, TABLE_BOX_PX = 6.6, 37, 804
+
+
+def table_px(rows: list[dict[str, Any]]) -> int:
+    """About how wide ``rows`` are as a table artifact in the UI (`CHAR_PX`)."""
+    if not rows:
+        return 0
+    return round(sum(max(len(str(k)), *(len(_shown(r.get(k))) for r in rows)) * CHAR_PX + COLUMN_PX
+                     for k in rows[0]))
+
+
+def fitted(rows: list[dict[str, Any]], optional: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` less the ``optional`` columns (in that order) while they are wider than the
+    UI's table box (`table_px`): a column cut at the box's edge read as a figure missing."""
+    for name in optional:
+        if table_px(rows) <= TABLE_BOX_PX:
+            break
+        rows = [{k: v for k, v in r.items() if k != name} for r in rows]
+    return rows

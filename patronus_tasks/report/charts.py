@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # matplotlib is imported only when a chart is drawn
     from matplotlib.figure import Figure
 
 PASS, FAIL, NEUTRAL = "#2a9d8f", "#e76f51", "#8d99ae"
+#: Text, axes and whiskers: a grey that reads on Prefect's dark theme and on a light page
+#: alike (the charts have no background of their own: a white one glared in the dark UI).
+INK = "#8a8f98"
 DPI = 100
 #: Evaluators drawn at most in one chart (the rest are in the tables).
 MOST = 24
@@ -81,8 +84,7 @@ def bars(summary: Summary, df: pd.DataFrame) -> list[Bar]:
         if s.pass_rate is not None:
             n = s.judged
             lo, hi = wilson(s.passed, n)
-            out.append(Bar(_name(s, many), s.pass_rate, lo, hi,
-                           f"{s.pass_rate:.1%} ({s.passed}/{n})"))
+            out.append(Bar(_name(s, many), s.pass_rate, lo, hi, summary.passed(s)))
         elif "mean" in s.scores:
             scores = _scores(df, s)
             lo, hi = _mean_interval(scores)
@@ -129,16 +131,23 @@ def _margins(fig: Figure, left: float, right: float, top: float, bottom: float,
 
 
 def png(fig: Figure) -> bytes:
-    """The figure as PNG bytes."""
+    """The figure as PNG bytes, on no background (`INK`)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", facecolor="white")
+    fig.savefig(buf, format="png", transparent=True)
     return buf.getvalue()
 
 
 def _style(ax: Axes) -> None:
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    ax.tick_params(labelsize=9)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color(INK)
+    ax.tick_params(labelsize=9, colors=INK, labelcolor=INK)
+    for text in (ax.xaxis.label, ax.yaxis.label):
+        text.set_color(INK)
+    legend = ax.get_legend()
+    for said in legend.get_texts() if legend is not None else ():
+        said.set_color(INK)
 
 
 def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95% interval)") -> bytes | None:
@@ -146,22 +155,24 @@ def rates_chart(items: Sequence[Bar], title: str = "Pass rate per evaluator (95%
     if not items:
         return None
     labels = [_short(b.label, 40) for b in items]
-    fig = _figure(8, 0.9 + 0.45 * len(items), constrained=False)
-    _margins(fig, left=0.25 + _text_inches(labels),
-             right=0.35 + _text_inches([b.text for b in items]), top=0.4, bottom=0.4)
+    left, right = 0.25 + _text_inches(labels), 0.35 + _text_inches([b.text for b in items])
+    # Wide enough for the words on both sides and 4 inches of bars between them.
+    fig = _figure(max(8.0, left + right + 4), 0.9 + 0.45 * len(items), constrained=False)
+    _margins(fig, left=left, right=right, top=0.4, bottom=0.4)
     ax = fig.add_subplot()
     ys = list(range(len(items)))[::-1]
     colours = [PASS if b.is_rate else NEUTRAL for b in items]
     ax.barh(ys, [b.value for b in items], color=colours, height=0.6)
-    ax.errorbar([b.value for b in items], ys, fmt="none", ecolor="#264653", capsize=3,
+    ax.errorbar([b.value for b in items], ys, fmt="none", ecolor=INK, capsize=3,
                 xerr=[[max(0.0, b.value - b.low) for b in items],  # floats: 1 - 0.9999...
                       [max(0.0, b.high - b.value) for b in items]])
     for y, b in zip(ys, items, strict=True):
-        ax.text(1.02, y, b.text, va="center", fontsize=9, transform=ax.get_yaxis_transform())
+        ax.text(1.02, y, b.text, va="center", fontsize=9, color=INK,
+                transform=ax.get_yaxis_transform())
     ax.set_yticks(ys, labels)
     ax.set_xlim(0, max(1.0, *(b.high for b in items)))
     ax.xaxis.set_major_formatter(_percent if all(b.is_rate for b in items) else _plain)
-    ax.set_title(title, fontsize=11, loc="left")
+    ax.set_title(title, fontsize=11, loc="left", color=INK)
     _style(ax)
     return png(fig)
 
@@ -197,9 +208,9 @@ def scores_chart(df: pd.DataFrame, summary: Summary) -> bytes | None:
     for i, (name, g) in enumerate(groups):
         ax = fig.add_subplot(rows, cols, i + 1)
         _histogram(ax, g)
-        ax.set_title(_short(name, 32), fontsize=10, loc="left")
+        ax.set_title(_short(name, 32), fontsize=10, loc="left", color=INK)
         _style(ax)
-    fig.suptitle("Score distribution per evaluator", fontsize=11, x=0.01, ha="left")
+    fig.suptitle("Score distribution per evaluator", fontsize=11, x=0.01, ha="left", color=INK)
     return png(fig)
 
 
@@ -257,17 +268,19 @@ def comparison_chart(comparison: Comparison, rule: Rule | None = None,
         colour = {"worse": FAIL, "better": PASS}.get(rule.movement(e), NEUTRAL)
         ax.annotate("", xy=(b, y), xytext=(a, y),
                     arrowprops={"arrowstyle": "->", "color": colour, "lw": 2})
-        ax.plot([a], [y], "o", mfc="white", mec=colour, ms=8)
+        ax.plot([a], [y], "o", mfc="none", mec=colour, mew=2, ms=8)
         ax.plot([b], [y], "o", color=colour, ms=8)
         ax.text(min(a, b), y + 0.18, _change_text(e, is_rate, rule), va="bottom", fontsize=9,
-                color=colour if colour != NEUTRAL else "#333333")
+                color=colour if colour != NEUTRAL else INK)
     ax.set_yticks(range(len(items))[::-1], [_label(e, many) for e, _ in items])
     ax.set_ylim(-0.5, len(items) - 0.2)
     ends = [v for _, c in items for v in c[:2]]
     if min(ends) >= 0 and max(ends) <= 1:
         ax.set_xlim(0, 1)
+    if all(c[2] for _, c in items):  # pass rates: the axis in percent, as the other charts
+        ax.xaxis.set_major_formatter(_percent)
     ax.set_title(f"{title}: before (hollow) → this run (filled); red: worse, green: better",
-                 fontsize=11, loc="left")
+                 fontsize=11, loc="left", color=INK)
     _style(ax)
     return png(fig)
 
@@ -340,7 +353,7 @@ def _history_axes(ax: Axes, nights: Sequence[Night], lines: int) -> None:
     ax.set_xlim(-0.6, len(nights) - 0.4)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("Pass rate (or mean score) per run, oldest first; red: got worse",
-                 fontsize=11, loc="left")
+                 fontsize=11, loc="left", color=INK)
     _style(ax)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.record.records import FIXED_NAMES
 from patronus_tasks.report import charts
 from patronus_tasks.report.rows import counted_columns, packed, table_data
@@ -25,7 +26,7 @@ from patronus_tasks.results.compare import Comparison, EvaluatorComparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.repeats import RepeatStats
 from patronus_tasks.results.reviewed import review_rows, reviewed, reviewed_evaluators
-from patronus_tasks.results.summary import EvaluatorStats, Summary, metric_text
+from patronus_tasks.results.summary import EvaluatorStats, Summary, judged_said, metric_text
 from patronus_tasks.results.usage import usage_rows
 from patronus_tasks.results.verdict import Rule, said
 
@@ -46,6 +47,8 @@ class ReportInput:
     comparison: Comparison | None = None
     #: Charts drawn already (`charts.drawn`), so a run draws each once.
     drawn: dict[str, bytes | None] | None = None
+    #: The run's verdict against its previous run and baseline, which the header states.
+    verdict: VerdictNote | None = None
 
     def chart(self, name: str) -> bytes | None:
         drawn = self.drawn if self.drawn is not None else {}
@@ -82,7 +85,20 @@ def header(r: ReportInput) -> str:
              ("sha256", (m.dataset.sha256 or "")[:12]), ("git", (m.git_commit or "")[:10]),
              ("flow run", m.flow_run_id), ("results", r.experiment.results_path)]
     shown = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts if v)
-    return f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1><div class=facts>{shown}</div>"
+    return (f"<h1>{esc(r.experiment.project)}/{esc(r.experiment.name)}</h1>{verdict_banner(r.verdict)}"
+            f"<div class=facts>{shown}</div>")
+
+
+def verdict_banner(note: VerdictNote | None) -> str:
+    """The verdict first, where the page opens: ``Regressed since exp-2, against baseline
+    exp-1: result_matches_gold, same_query`` (the figures are in the sections below)."""
+    if note is None:
+        return ""
+    kind = {"Regressed": "worse", "Gate failed": "worse", "Improved": "better"}.get(note.name, "same")
+    said = note.name + (f" since {note.since}" if note.since else "")
+    said += f", against baseline {note.baseline}" if note.baseline else ""
+    worse = f": {', '.join(note.worse)} worse" if note.worse else ""
+    return f"<p class='verdict moved {kind}' id=verdict>{esc(said + worse)}</p>"
 
 
 def _rate_cell(s: EvaluatorStats) -> str:
@@ -97,7 +113,8 @@ def summary_section(r: ReportInput) -> str:
     s, many = r.summary, r.summary.links > 1
     rows = [{**({"link": e.link_index} if many else {}), "evaluator": esc(e.evaluator),
              "pass rate [95%]": _rate_cell(e),
-             "passed": f"{e.passed}/{e.judged}" if e.pass_rate is not None else "",
+             # over what, and why, as every view says it (the rate is the column before)
+             "passed": esc(judged_said(e, s.not_judged(e))) if e.pass_rate is not None else "",
              "not passed": e.verdicts - e.passed if e.pass_rate is not None else "",
              "errors": e.errors, **({"unscored": e.unscored} if any(
                  x.unscored for x in s.evaluators) else {}), "skipped": e.skipped,

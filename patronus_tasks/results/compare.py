@@ -1,9 +1,12 @@
 """Comparing two experiments row by row: pass rates, scores, significance, regressions.
 
 Rows are paired by sample id within each (chain link, evaluator). An errored evaluation
-counts as not passed and has no score; so does each evaluation of a row whose task
-failed. Pass/fail uses McNemar's exact test on the discordant pairs; scores use a paired
-bootstrap of the mean difference (seeded, so the same inputs always give the same
+counts as not passed and has no score. Each run's pass rate is over its judged rows, as
+its summary says it (`summary.passed_said`): a row whose task failed is not judged, and
+is counted apart (``not_judged_a``, ``not_judged_b``); in the rows that got worse or
+better, and in the test, it counts as not passed (a model that crashes is worse, never
+left out). Pass/fail uses McNemar's exact test on the discordant pairs; scores use a
+paired bootstrap of the mean difference (seeded, so the same inputs always give the same
 figures).
 
 With repeats (``repeats=N``), runs pair by sample id and repeat (``pair="repeat"``, when
@@ -60,13 +63,20 @@ class EvaluatorComparison:
     #: An evaluator of texts only (no pass, no score): the rows whose text differs.
     changed: list[str] = field(default_factory=list)
     text_rows: int = 0  # the rows (sample ids) whose texts were compared
+    #: Paired rows with a verdict in both runs (a failed task counts: not passed), and
+    #: each run's rows whose task failed (not in its pass rate).
+    verdict_rows: int = 0
+    not_judged_a: int = 0
+    not_judged_b: int = 0
 
     def regressed_significantly(self, alpha: float = 0.05) -> bool:
         """The pass rate fell with McNemar p < ``alpha`` (with no verdicts: the mean score
         fell with the bootstrap's p < ``alpha``)."""
         p = self.mcnemar_p if self.mcnemar_p is not None else self.pass_p
-        if self.pass_diff is not None and p is not None:
-            return self.pass_diff < 0 and p < alpha
+        if self.verdict_rows and p is not None:  # the test's rows: a failed task not passed
+            fell = (self.mcnemar_b > self.mcnemar_c if self.mcnemar_p is not None
+                    else len(self.regressed) > len(self.improved))
+            return fell and p < alpha
         if self.mean_diff is not None and self.score_p is not None:
             return self.mean_diff < 0 and self.score_p < alpha
         return False
@@ -198,13 +208,17 @@ def _f(value: float | None, pct: bool = False, signed: bool = False) -> str:
 
 def _format_one(e: EvaluatorComparison, shown: int) -> list[str]:
     lines = ["", f"{e.evaluator} [link {e.link_index}]  ({e.paired} paired samples)"]
-    if e.pass_rate_a is not None and e.pass_diff_ci is not None:
+    if e.verdict_rows and e.pass_diff_ci is not None:
         lo, hi = e.pass_diff_ci
         test = (f"McNemar b={e.mcnemar_b} c={e.mcnemar_c} chi2={_f(e.mcnemar_statistic)} "
                 f"p={_f(e.mcnemar_p)}" if e.mcnemar_p is not None
                 else f"paired bootstrap of rows' pass shares p={_f(e.pass_p)}")
         lines.append(f"  pass rate  A {_f(e.pass_rate_a, True)}  B {_f(e.pass_rate_b, True)}  "
                      f"diff {_f(e.pass_diff, True, signed=True)} [{lo:+.1%}, {hi:+.1%}]  {test}")
+        if e.not_judged_a or e.not_judged_b:
+            lines.append(f"  of judged rows: a row whose task failed is not judged (A {e.not_judged_a}, "
+                         f"B {e.not_judged_b}); in the rows worse or better and the test it is "
+                         "not passed")
     if e.mean_a is not None and e.mean_diff_ci is not None:
         lo, hi = e.mean_diff_ci
         lines.append(f"  mean score A {_f(e.mean_a)}  B {_f(e.mean_b)}  diff {e.mean_diff:+.3f} "
@@ -281,14 +295,26 @@ def _row_means(o: pd.DataFrame) -> pd.DataFrame:
     return means.reset_index()
 
 
+def _judged_rates(verdicts: pd.DataFrame) -> dict[str, object]:
+    """Each run's pass rate over its judged rows (a failed task's row left out, counted
+    apart), and their difference: the figures its summary says."""
+    out: dict[str, object] = {"verdict_rows": len(verdicts)}
+    for run in ("a", "b"):
+        crashed = verdicts[f"crashed_{run}"].astype(bool).to_numpy()
+        judged = verdicts.loc[~crashed, f"passed_{run}"].astype(float)
+        out[f"pass_rate_{run}"] = float(judged.mean()) if len(judged) else None
+        out[f"not_judged_{run}"] = int(crashed.sum())
+    a, b = out["pass_rate_a"], out["pass_rate_b"]
+    out["pass_diff"] = b - a if isinstance(a, float) and isinstance(b, float) else None
+    return out
+
+
 def _mean_verdicts(verdicts: pd.DataFrame, level: float, n_boot: int,
                    seed: int) -> dict[str, object]:
     """Rows' pass shares compared: a paired bootstrap of their mean difference."""
     diffs = (verdicts["passed_b"] - verdicts["passed_a"]).to_numpy(dtype=float)
     ci, p = bootstrap(diffs, level, n_boot, seed)
-    return {"pass_rate_a": float(verdicts["passed_a"].mean()),
-            "pass_rate_b": float(verdicts["passed_b"].mean()), "pass_diff": float(diffs.mean()),
-            "pass_diff_ci": ci, "pass_p": p}
+    return {**_judged_rates(verdicts), "pass_diff_ci": ci, "pass_p": p}
 
 
 def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: int,
@@ -305,8 +331,7 @@ def _compare_group(link: int, name: str, g: pd.DataFrame, level: float, n_boot: 
         pa_, pb_ = verdicts["passed_a"].astype(bool), verdicts["passed_b"].astype(bool)
         b, c = int((pa_ & ~pb_).sum()), int((~pa_ & pb_).sum())
         stat, p = mcnemar(b, c)
-        fields.update(pass_rate_a=float(pa_.mean()), pass_rate_b=float(pb_.mean()),
-                      pass_diff=float(pb_.mean() - pa_.mean()),
+        fields.update(_judged_rates(verdicts),
                       pass_diff_ci=paired_pass_ci(b, c, len(verdicts), level),
                       mcnemar_b=b, mcnemar_c=c, mcnemar_statistic=stat, mcnemar_p=p)
         regressed = verdicts.loc[(pa_ & ~pb_).to_numpy(), "sid"].tolist()
@@ -376,7 +401,7 @@ def compare_experiments(a: Experiment | str | Path, b: Experiment | str | Path, 
     judged_a, judged_b = _judged(oa), _judged(ob)
     both = names_a & names_b
     hashes = {a.manifest.dataset.sha256, b.manifest.dataset.sha256}
-    return Comparison(a=_label(a), b=_label(b), evaluators=groups,
+    return Comparison(a=run_label(a), b=run_label(b), evaluators=groups,
                       only_evaluators_a=sorted(names_a - names_b),
                       only_evaluators_b=sorted(names_b - names_a),
                       unjudged_a=sorted(both & judged_b - judged_a),
@@ -407,8 +432,8 @@ def _judged(outcomes: pd.DataFrame) -> set[str]:
     return set(outcomes.loc[judged, "evaluator_name"])
 
 
-def _label(e: Experiment) -> str:
+def run_label(e: Experiment) -> str:
     """A run's name, with its folder when that differs: two runs of one experiment name
-    (``cached``, ``cached-2``) were both called ``cached``."""
+    (``cached``, ``cached-2``) were both called ``cached``. Verdicts name runs so."""
     folder = e.location.name
     return e.name if folder == e.name else f"{e.name} ({folder})"

@@ -124,10 +124,19 @@ class Summary:
         seen = {s.link_index for s in self.evaluators} | set(self.task_errors_by_link)
         return len(seen | set(self.skipped_tasks_by_link))
 
+    def not_judged(self, s: EvaluatorStats) -> int:
+        """Rows ``s``'s evaluator never judged: their task failed (in its link, or an
+        earlier one: the chain stopped there)."""
+        return sum(n for link, n in self.task_errors_by_link.items() if link <= s.link_index)
+
+    def passed(self, s: EvaluatorStats) -> str:
+        """``s``'s pass rate as every view says it (`passed_said`)."""
+        return passed_said(s, self.not_judged(s))
+
     def headlines(self) -> list[str]:
         """Each evaluator's pass rate (or mean score), then the error counts."""
         many = self.links > 1
-        parts = [_headline(s, many) for s in self.evaluators]
+        parts = [_headline(s, many, self.not_judged(s)) for s in self.evaluators]
         parts += [_metric_headline(m) for m in self.metrics]
         if self.weighted_score is not None or self.unweighted_rows:
             parts.append(_weighted_headline(self))
@@ -145,7 +154,7 @@ class Summary:
         """The summary as plain text, one block per (link, evaluator) in chain order."""
         lines = [title] if title else []
         for stats in self.evaluators:
-            lines.extend(_format_stats(stats, histograms))
+            lines.extend(_format_stats(stats, histograms, self.not_judged(stats)))
         lines.extend(_format_metrics(self.metrics))
         if self.weighted_score is not None or self.unweighted_rows:
             lines.append(_weighted_headline(self).capitalize())
@@ -174,12 +183,40 @@ def _weighted_headline(s: Summary) -> str:
                    if s.unweighted_rows else "")
 
 
-def _headline(s: EvaluatorStats, with_link: bool) -> str:
+def passed_said(s: EvaluatorStats, task_failed: int = 0) -> str:
+    """An evaluator's pass rate, said one way in every view: ``11 of 20 rows passed
+    (55.0%)``; when rows errored, over what and why: ``3 of 9 judged rows passed (33.3%);
+    1 row's task failed`` (a row whose task failed is not judged; an evaluation that
+    errored is judged, not passed; `compare` sets runs side by side on the same basis).
+    Empty for an evaluator with no verdicts."""
+    if s.pass_rate is None:
+        return ""
+    rows, why = _over(s, task_failed)
+    return "; ".join([f"{s.passed} of {s.judged} {rows} passed ({s.pass_rate:.1%})", *why])
+
+
+def judged_said(s: EvaluatorStats, task_failed: int = 0) -> str:
+    """What a pass rate is over, beside it: ``3/9``, or where rows errored ``3 of 9 judged
+    rows; 1 row's task failed`` (`passed_said` without the rate)."""
+    rows, why = _over(s, task_failed)
+    return "; ".join([f"{s.passed} of {s.judged} {rows}", *why]) if why else f"{s.passed}/{s.judged}"
+
+
+def _over(s: EvaluatorStats, task_failed: int) -> tuple[str, list[str]]:
+    """What a pass rate is over (``rows``, or ``judged rows`` when some errored) and why."""
+    errored = s.errors - s.unscored
+    why = [f"{task_failed} row's task failed" if task_failed == 1
+           else f"{task_failed} rows' tasks failed"] if task_failed else []
+    why += [f"{errored} evaluation{'' if errored == 1 else 's'} errored (not passed)"] if errored else []
+    return ("judged rows" if why or s.unscored else "rows"), why
+
+
+def _headline(s: EvaluatorStats, with_link: bool, task_failed: int = 0) -> str:
     name = f"{s.evaluator} [link {s.link_index}]" if with_link else s.evaluator
     if s.pass_rate is not None:
         more = f", {s.repeats.headline()}" if s.repeats is not None else ""
         more += f", {s.unscored} unscored" if s.unscored else ""
-        return f"{name} {s.pass_rate:.1%} passed ({s.passed}/{s.judged}){more}"
+        return f"{name} {passed_said(s, task_failed)}{more}"
     if "mean" in s.scores:
         return f"{name} mean {s.scores['mean']:.3g}"
     return f"{name} {s.count} results"
@@ -318,12 +355,12 @@ def _fmt(value: float | None, pct: bool = False) -> str:
     return f"{value:.1%}" if pct else f"{value:.3f}"
 
 
-def _format_stats(s: EvaluatorStats, histograms: bool = True) -> list[str]:
+def _format_stats(s: EvaluatorStats, histograms: bool = True, task_failed: int = 0) -> list[str]:
     head = f"{s.evaluator} [link {s.link_index}]"
     lines = ["", head, "-" * len(head)]
     lines.append(f"Count     : {s.count}")
     lines.append(f"Pass rate : {_fmt(s.pass_rate, pct=True)}"
-                 + (f"  ({s.passed}/{s.judged})" if s.pass_rate is not None else ""))
+                 + (f"  ({judged_said(s, task_failed)})" if s.pass_rate is not None else ""))
     for key in ("mean", "min", "25%", "50%", "75%", "max"):
         lines.append(f"{key.capitalize() if key[0].isalpha() else key:<10}: {_fmt(s.scores.get(key))}")
     unscored = f" ({s.unscored} unscored: no verdict, out of the pass rate)" if s.unscored else ""

@@ -1,4 +1,5 @@
-"""A run's verdict against the previous run of its series, said plainly.
+"""A run's verdict against the previous run of its series and against its baseline, said
+plainly.
 
 Significance alone hides a nightly's news: nine rows whose pass rate halves have
 McNemar p = 0.25, "not significant". So a drop is called **worse** when the pass rate (or,
@@ -6,11 +7,17 @@ with no verdicts, the mean score) fell by at least `Rule.drop` (5 points by defa
 settable per evaluator) or when more rows got worse than better; **better** the other way
 round. Every view says the counts first ("3 worse / 0 better") and the p-value after.
 
+A night compared with the previous night alone forgets a regression nobody looked at:
+the next night, as broken, reads "Unchanged". So each series has a **baseline** (its
+first run until a run is accepted, or one pinned in code: `Baseline`): a run worse than
+it stays ``Regressed``, saying since which night, until a run is accepted.
+
 The verdict's name (``Regressed``, ``Gate failed``, ``Errors``, ``Improved``,
 ``Unchanged``, ``First run``, ``Not compared``: the previous run could not be read), tags
-(``regressed``, ``regressed:<evaluator>``, ``gate-failed``, ``errors``, ``not-compared``),
-message and log lines are what the Prefect UI shows of a run: on the experiment's flow run
-and on the flow run that called it.
+(``regressed``, ``regressed:<evaluator>``, ``gate-failed``, ``errors``, ``not-compared``;
+the verdict's own first: Prefect's lists show the first that fit), message and log lines
+are what the Prefect UI shows of a run: on the experiment's flow run and on the flow run
+that called it (the verdict's tags only: `calling_tags`).
 """
 
 from __future__ import annotations
@@ -98,6 +105,8 @@ def rule_of(threshold: float | Mapping[str, float] | None, fail_on_regression: A
 
 
 def _figure(a: float | None, b: float | None, rate: bool) -> str:
+    if rate and (a is None) != (b is None):  # every row's task failed in one run
+        return f"{'-' if a is None else f'{a:.1%}'} → {'-' if b is None else f'{b:.1%}'} (no row judged)"
     if a is None or b is None:
         return ""
     if rate:
@@ -106,62 +115,97 @@ def _figure(a: float | None, b: float | None, rate: bool) -> str:
 
 
 def said(e: EvaluatorComparison, rule: Rule, many_links: bool = False) -> str:
-    """One evaluator against the previous run, counts first, p after:
-    ``result_matches_gold worse: 3 worse / 0 better rows; 66.7% → 33.3% (-33.3 points); p=0.25``."""
-    rate = e.pass_diff is not None
+    """One evaluator against another run, counts first, p after: ``result_matches_gold
+    worse: 3 worse / 0 better rows; 66.7% → 33.3% (-33.3 points); p=0.25`` (the pass
+    rates of judged rows, as each run's summary says them; rows whose task failed said)."""
+    rate = bool(e.verdict_rows) or e.pass_diff is not None
     name = f"{e.evaluator} [link {e.link_index}]" if many_links else e.evaluator
-    if e.pass_diff is None and e.mean_diff is None:  # texts only: how many changed
+    if not rate and e.mean_diff is None:  # texts only: how many changed
         return f"{name} {rule.movement(e)}: text changed on {len(e.changed)} of {e.text_rows} rows"
     p = (e.mcnemar_p if e.mcnemar_p is not None else e.pass_p) if rate else e.score_p
     parts = [f"{len(e.regressed)} worse / {len(e.improved)} better rows",
              _figure(e.pass_rate_a, e.pass_rate_b, True) if rate else _figure(e.mean_a, e.mean_b, False)]
+    if rate and e.not_judged_a != e.not_judged_b:  # else the summary's figures say it
+        parts.append(f"rows whose task failed (not judged): {e.not_judged_a} → {e.not_judged_b}")
     if p is not None:
         parts.append(f"p={p:.2g}")
     return f"{name} {rule.movement(e)}: " + "; ".join(x for x in parts if x)
 
 
-def comparison_lines(comparison: Comparison | str | None, rule: Rule) -> list[str]:
-    """The comparison as log lines: one per evaluator (or why there is none)."""
+def comparison_lines(comparison: Comparison | str | None, rule: Rule,
+                     against: str = "previous run", how: str = "") -> list[str]:
+    """The comparison as log lines: one per evaluator (or why there is none);
+    ``against``: which run it is (``how``: said after its name)."""
     if comparison is None:
         return []
     if isinstance(comparison, str):
-        return [comparison]
+        return [comparison if against == "previous run" else f"vs {against}: {comparison}"]
     many = len({e.link_index for e in comparison.evaluators}) > 1
-    return [f"vs previous run {comparison.a}: {said(e, rule, many)}" for e in comparison.evaluators]
+    return [f"vs {against} {comparison.a}{how}: {said(e, rule, many)}" for e in comparison.evaluators]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run a night is judged against besides the previous one: its series' accepted
+    baseline (``how``: ``accepted``), its first run (``first run``) until one is, or one
+    given in code (``pinned``). ``comparison``: this run against it, or why there is
+    none; ``since``: the first night of a regression against it that is still on (the
+    previous night's, carried; None: this night, if it is worse); ``previous``: whether
+    it is the previous run too (then said once)."""
+
+    name: str
+    how: str
+    comparison: Comparison | str
+    since: str | None = None
+    previous: bool = False
+
+    def worse(self, rule: Rule) -> list[EvaluatorComparison]:
+        """The evaluators worse than the baseline."""
+        if not isinstance(self.comparison, Comparison):
+            return []
+        return [e for e in self.comparison.evaluators if rule.movement(e) == "worse"]
+
+    def lines(self, rule: Rule) -> list[str]:
+        return comparison_lines(self.comparison, rule, "baseline", f" ({self.how})")
+
+    def failures(self, rule: Rule) -> list[str]:
+        return regression_failures(self.comparison, rule, "baseline")
 
 
 def judge(summary: Summary, comparison: Comparison | str | None, rule: Rule,
-          gate_failures: Sequence[str] = ()) -> VerdictNote:
+          gate_failures: Sequence[str] = (), baseline: Baseline | None = None) -> VerdictNote:
     """The run's verdict: its name, tags, message and log lines (see the module);
     ``comparison``: against the previous run, why there is none (a first run), or None
-    (not known here: a run not kept on Prefect)."""
+    (not known here: a run not kept on Prefect); ``baseline``: against the series'
+    baseline (a run worse than it is ``Regressed``, whatever the previous run did)."""
     evaluators = comparison.evaluators if isinstance(comparison, Comparison) else []
+    apart = baseline if baseline is not None and not baseline.previous else None
+    base_worse = baseline.worse(rule) if baseline is not None else []
     worse = [e for e in evaluators if rule.movement(e) == "worse"]
     better = [e for e in evaluators if rule.movement(e) == "better"]
+    # A judge's kappa with people (its reviewed rows) moves the verdict as an evaluator does.
     judges = comparison.agreements if isinstance(comparison, Comparison) else []
     trusted_less = [c for c in judges if agreement_moved(c, rule) == "worse"]
     trusted_more = [c for c in judges if agreement_moved(c, rule) == "better"]
-    failures = [*gate_failures, *regression_failures(comparison, rule)]
-    errors = summary.task_errors + summary.evaluator_errors
-    unknown = ("Not compared" if not_compared(comparison) else "First run"
-               if isinstance(comparison, str) else "Completed")
-    name = ("Gate failed" if failures else "Regressed" if worse or trusted_less
-            else "Errors" if errors and _more_errors(comparison)
-            else "Improved" if better or trusted_more else "Unchanged" if evaluators else unknown)
-    fell = [*(e.evaluator for e in worse), *(c.evaluator for c in trusted_less)]
-    tags = ["regressed", *(f"regressed:{n}" for n in fell)] if fell else []
-    tags += ["gate-failed"] if failures else []
-    tags += ["errors"] if errors else []
-    tags += ["not-compared"] if not_compared(comparison) else []
+    failures = [*gate_failures, *regression_failures(comparison, rule),
+                *(apart.failures(rule) if apart else [])]
+    regressed = list(dict.fromkeys([*(e.evaluator for e in (*base_worse, *worse)),
+                                    *(c.evaluator for c in trusted_less)]))
+    improved = [*(e.evaluator for e in better), *(c.evaluator for c in trusted_more)]
+    name = _name(summary, comparison, bool(failures), bool(regressed), bool(improved),
+                 baseline is not None and isinstance(baseline.comparison, Comparison))
+    since = _since(baseline, base_worse)
     lines = [*summary.headlines(), *comparison_lines(comparison, rule),
+             *(apart.lines(rule) if apart else []),
              *(f"vs previous run {comparison.a}: {c.said()}" for c in judges
                if isinstance(comparison, Comparison))]
-    moved = [c.said() for c in (*trusted_less, *trusted_more)]
-    return VerdictNote(name=name, message=_message(name, summary, worse, better, rule, failures, moved),
-                       tags=list(dict.fromkeys(tags)), lines=lines,
-                       worse=list(dict.fromkeys(fell)),
-                       better=[*(e.evaluator for e in better), *(c.evaluator for c in trusted_more)],
-                       failures=failures)
+    moved = [*_moved(base_worse if apart else [], [*worse, *better], rule),
+             *(c.said() for c in (*trusted_less, *trusted_more))]
+    return VerdictNote(name=name, message=_head(name, baseline, since, failures) + (
+                           "; ".join(moved) + ". " if moved else "") + summary.headline(),
+                       tags=_tags(summary, comparison, apart, regressed, failures), lines=lines,
+                       worse=regressed, better=improved, failures=failures,
+                       baseline=baseline.name if baseline is not None else None, since=since)
 
 
 def agreement_moved(change: AgreementChange, rule: Rule) -> Movement:
@@ -175,14 +219,65 @@ def agreement_moved(change: AgreementChange, rule: Rule) -> Movement:
     return "same"
 
 
-def _message(name: str, summary: Summary, worse: list[EvaluatorComparison],
-             better: list[EvaluatorComparison], rule: Rule, failures: list[str],
-             judges: Sequence[str] = ()) -> str:
-    head = f"{name}: "
+def _name(summary: Summary, comparison: Comparison | str | None, failed: bool,
+          regressed: bool, better: bool, to_baseline: bool = False) -> str:
+    errors = summary.task_errors + summary.evaluator_errors
+    unknown = ("Not compared" if not_compared(comparison) else "First run"
+               if isinstance(comparison, str) else "Completed")
+    compared = (isinstance(comparison, Comparison) and bool(comparison.evaluators)) or (
+        comparison is None and to_baseline)  # a run off Prefect: its baseline alone
+    return ("Gate failed" if failed else "Regressed" if regressed
+            else "Errors" if errors and _more_errors(comparison)
+            else "Improved" if better else "Unchanged" if compared else unknown)
+
+
+def _tags(summary: Summary, comparison: Comparison | str | None, apart: Baseline | None,
+          regressed: list[str], failures: list[str]) -> list[str]:
+    """The verdict's tags, its own first (`calling_tags`)."""
+    tags = ["regressed", *(f"regressed:{e}" for e in regressed)] if regressed else []
+    tags += ["gate-failed"] if failures else []
+    tags += ["errors"] if summary.task_errors + summary.evaluator_errors else []
+    unread = not_compared(comparison) or (apart is not None and not_compared(apart.comparison))
+    return list(dict.fromkeys(tags + (["not-compared"] if unread else [])))
+
+
+def _moved(base_worse: list[EvaluatorComparison], moved: list[EvaluatorComparison],
+           rule: Rule) -> list[str]:
+    """What the message says moved: against the baseline (when it is not the previous
+    run), then against the previous run what that does not say already."""
+    said_base = [said(e, rule) for e in base_worse]
+    names = {e.evaluator for e in base_worse}
+    rest = [said(e, rule) for e in moved if e.evaluator not in names]
+    if said_base and rest:
+        rest = ["against the previous run: " + "; ".join(rest)]
+    return said_base + rest
+
+
+def calling_tags(note: VerdictNote) -> list[str]:
+    """The verdict's tags for the flow run that called the experiment (a deployment's):
+    the verdict's own, not each evaluator's. Prefect's v1 UI sorts a run's tags and keeps
+    the last that fit: ``regressed:<evaluator>`` sorts after ``regressed`` and pushed it
+    out (the experiment's own flow run keeps them all)."""
+    return [t for t in note.tags if not t.startswith("regressed:")]
+
+
+def _since(baseline: Baseline | None, worse: list[EvaluatorComparison]) -> str | None:
+    """The first night of a regression against the baseline still on: the previous
+    night's, else this one (the comparison's B)."""
+    if baseline is None or not worse or not isinstance(baseline.comparison, Comparison):
+        return None
+    return baseline.since or baseline.comparison.b
+
+
+def _head(name: str, baseline: Baseline | None, since: str | None, failures: list[str]) -> str:
+    """``Regressed since exp-2, against baseline exp-1: `` (the verdict, then what it is)."""
+    head = name
+    if since is not None and baseline is not None:
+        head += f" since {since}, against baseline {baseline.name}"
+    head += ": "
     if failures:
         head += "quality gate failed: " + "; ".join(failures) + ". "
-    moved = [*(said(e, rule) for e in (*worse, *better)), *judges]
-    return head + ("; ".join(moved) + ". " if moved else "") + summary.headline()
+    return head
 
 
 def _more_errors(comparison: Comparison | str | None) -> bool:
@@ -210,14 +305,17 @@ def not_compared(comparison: Comparison | str | None) -> str | None:
     return None
 
 
-def regression_failures(comparison: Comparison | str | None, rule: Rule) -> list[str]:
+def regression_failures(comparison: Comparison | str | None, rule: Rule,
+                        against: str = "previous run") -> list[str]:
     """One message per evaluator whose regression fails the run (`Rule.fail_on`); with a
-    previous run that could not be read, one saying the gate could not be checked (a
-    baseline gone is no pass: every row may have regressed)."""
+    run that could not be read, one saying the gate could not be checked (a baseline
+    gone is no pass: every row may have regressed). ``against``: which run it is."""
     why_not = not_compared(comparison)
-    unchecked = [f"fail_on_regression could not be checked: {why_not}"] if why_not else []
+    where = "" if against == "previous run" else f" against the {against}"
+    unchecked = [f"fail_on_regression could not be checked{where}: {why_not}"] if why_not else []
     if not isinstance(comparison, Comparison) or rule.fail_on is None:
         return unchecked if rule.fail_on is not None else []
     why = "significantly" if rule.fail_on == "significant" else "worse"
-    return unchecked + [f"{e.evaluator} [link {e.link_index}] regressed ({why}) against the previous run: "
-            + said(e, rule) for e in comparison.evaluators if rule.fails(e)]
+    run = "the previous run" if against == "previous run" else f"the {against} {comparison.a}"
+    return unchecked + [f"{e.evaluator} [link {e.link_index}] regressed ({why}) against {run}: "
+                        + said(e, rule) for e in comparison.evaluators if rule.fails(e)]

@@ -124,7 +124,8 @@ async def row_loop(rows: Rows, steps: StepRunner, stream: RecordStream) -> None:
     spec = rows.spec
     pool = DaemonThreadPool(spec.max_concurrency)
     runner = RowRunner(spec.links, steps, tags=spec.tags, limit=spec.max_concurrency,
-                       pool=pool, replay=rows.replay, cache=spec.open_cache(), prices=spec.prices)
+                       pool=pool, replay=rows.replay, cache=spec.open_cache(), prices=spec.prices,
+                       variant=spec.variant.view() if spec.variant is not None else None)
     try:
         with fewer_collections():
             await run_rows(rows.units(), runner, spec.max_concurrency, stream.add)

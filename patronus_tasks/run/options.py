@@ -67,6 +67,9 @@ class ExperimentOptions(TypedDict, total=False):
     # The fall in pass rate (or mean score) called "worse": a number (0.05: 5 points), or
     # {evaluator: number, "*": the rest}.
     regression_threshold: float | Mapping[str, float] | None
+    # The run to judge this one against besides the previous one (a name, folder or path:
+    # `load_experiment`); None: the series' accepted baseline (its first run until one is).
+    baseline: str | Path | None
     dataset: DataInput | None  # the Patronus SDK's name of ``data=``
     reporters: Sequence[Reporter] | None  # results sent elsewhere too
     # Which calls become Prefect task runs: "all" (and the spans inside them), "calls" (no
@@ -98,7 +101,7 @@ DEFAULTS: dict[str, Any] = {
     "min_pass_rates": None, "dask_address": None, "on_progress": None, "series": None,
     "fail_on_regression": False, "dataset": None, "reporters": None, "record": "all",
     "html_report": True, "repeats": 1, "cache": None, "prices": None, "metrics": None,
-    "min_metrics": None, "regression_threshold": None, "metadata": None,
+    "min_metrics": None, "regression_threshold": None, "metadata": None, "baseline": None,
 }
 RUN_DEFAULTS: dict[str, Any] = {**DEFAULTS, "print_summary": True, "display_hist": True}
 

@@ -27,6 +27,7 @@ from patronus_tasks.define.step_results import (
     with_model_facts,
 )
 from patronus_tasks.define.steps import Evaluator, Step, Task
+from patronus_tasks.define.variant import VariantValues
 from patronus_tasks.exceptions import DatasetError
 from patronus_tasks.record.cache import CallCache, Unkeyable, call_key
 from patronus_tasks.record.records import (
@@ -95,7 +96,8 @@ def _missing_field_error(step: Step, available: Mapping[str, Any], row: Sample
 
 
 def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
-               task_result: TaskResult | None, trace: Trace | None = None) -> dict[str, Any]:
+               task_result: TaskResult | None, trace: Trace | None = None,
+               variant: VariantValues | None = None) -> dict[str, Any]:
     values: dict[str, Any] = {name: row.values.get(name) for name in ROW_FIELDS}
     if task_result is not None:
         # Evaluators judge what the task produced, not what the dataset held.
@@ -104,8 +106,12 @@ def _available(row: Sample, parent: Parent | None, tags: Mapping[str, str],
             values["evaluated_model_system_prompt"] = task_result.evaluated_model_system_prompt
         if task_result.evaluated_model_retrieved_context is not None:  # what a RAG task found
             values["evaluated_model_retrieved_context"] = task_result.evaluated_model_retrieved_context
-    values.update(parent=parent, tags=dict(tags), task_result=task_result, trace=trace)
+    values.update(parent=parent, tags=dict(tags), task_result=task_result, trace=trace,
+                  variant=variant if variant is not None else _NO_VARIANT)
     return values  # no "row": built only for the steps asking for it
+
+
+_NO_VARIANT = VariantValues()  # outside a sweep: an empty mapping
 
 
 class Unit:
@@ -122,8 +128,10 @@ class RowRunner:
 
     def __init__(self, links: Iterable[Link], runner: StepRunner, *, tags: Mapping[str, str],
                  limit: int, pool: Executor | None, replay: Replay | None = None,
-                 cache: CallCache | None = None, prices: PriceTable | None = None) -> None:
+                 cache: CallCache | None = None, prices: PriceTable | None = None,
+                 variant: VariantValues | None = None) -> None:
         self.replay = replay
+        self.variant = variant  # a sweep's cell, for steps asking for ``variant``
         self.cache, self.prices = cache, prices or PriceTable()
         self.links = tuple(links)
         self.runner = runner
@@ -203,7 +211,8 @@ class RowRunner:
         result: TaskResult | None = None
         upstream, trace = None, None
         if link.task is not None:
-            inv = await self._call(link.task, idx, unit, _available(row, parent, self.tags, None),
+            inv = await self._call(link.task, idx, unit,
+                                   _available(row, parent, self.tags, None, None, self.variant),
                                    None, replayed)
             if inv.value is not None:  # the dataset's meta_evaluated_model_* facts, if any
                 inv.value = with_model_facts(inv.value, row.values)
@@ -218,7 +227,7 @@ class RowRunner:
                 return Parent(task=inv.value, parent=parent), False
             result, upstream = inv.value, inv.handle
             trace = inv.trace()
-        available = _available(row, parent, self.tags, result, trace)
+        available = _available(row, parent, self.tags, result, trace, self.variant)
         invs = await asyncio.gather(
             *(self._call(ev, idx, unit, available, upstream, replayed) for ev in link.evaluators)
         )

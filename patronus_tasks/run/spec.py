@@ -14,6 +14,7 @@ from patronus_tasks.define.metrics import Metric
 from patronus_tasks.define.names import run_tag
 from patronus_tasks.define.prices import PriceTable
 from patronus_tasks.define.steps import Evaluator, Task
+from patronus_tasks.define.variant import Variant
 from patronus_tasks.record.cache import Cache, CallCache, open_cache
 from patronus_tasks.record.location import Location
 from patronus_tasks.run.modes import RecordMode
@@ -55,6 +56,7 @@ class ExperimentSpec:
     series: str | None = None  # see `ExperimentOptions.series`
     fail_on_regression: bool = False
     rule: Rule | None = None  # when a run is worse than the previous one (None: the default)
+    baseline: str | None = None  # a run pinned to judge against: its results' link (URL)
     reporters: tuple[Reporter, ...] = ()  # the records sent elsewhere too
     record: RecordMode = "all"  # which calls become task runs
     html_report: bool = True  # report.html beside the results, written after them
@@ -67,6 +69,7 @@ class ExperimentSpec:
     #: A runner's metric gates (`options.giving`): each applies if this experiment computes it.
     given_min_metrics: dict[str, float] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None  # the experiment's own facts (JSON)
+    variant: Variant | None = None  # a sweep's cell: what steps asking for ``variant`` get
 
     @property
     def runs(self) -> int:

@@ -37,6 +37,7 @@ from patronus_tasks.prefect.protocol import (
     Progress,
     ToRecorder,
 )
+from patronus_tasks.prefect.recorder import sweeps as _sweeps
 from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
 from patronus_tasks.prefect.recorder.taskruns import MAX_BUFFERED_BYTES, Limits, TaskRunRecorder
 from patronus_tasks.prefect.server import hook as server_hook
@@ -132,16 +133,26 @@ class Session:
         self.finished = threading.Event()
         self._opened: asyncio.Task[None] | None = None
 
+    async def opened(self) -> None:
+        """Once its flow run is made (or could not be)."""
+        if self._opened is not None:
+            await asyncio.shield(self._opened)
+
     def begin(self) -> None:
         self._opened = self.service.start(self._open())
 
     async def _open(self) -> None:
+        self.o = await _sweeps.with_parent(self.service.sessions, self.o)
         created = await _until_created(self.o, self.service)
         if created is None:
             return
         self.flow_run_id, self.parent_task_run = created.flow_run_id, created.parent_task_run
         self.series = created.series
         _say_built_in_server()
+        if self.o.kind == "sweep":  # no calls of its own: its variants' flow runs have them
+            self.service.tell(("flow_run", self.o.key, (self.flow_run_id, _url(self.flow_run_id),
+                                                        self.series)))
+            return
         self.recorder = TaskRunRecorder(self.flow_run_id, list(self.o.tags),
                                         on_progress=self._progress, label=self.o.title,
                                         persisting=_persisting(self.o),
@@ -195,6 +206,9 @@ class Session:
         assert self._opened is not None
         await self._opened
         try:
+            if self.o.kind == "sweep" and self.flow_run_id is not None:
+                await _quietly(_sweeps.end(self, closing), "end the sweep's flow run")
+                return
             if self.recorder is None or self.flow_run_id is None:
                 self.service.tell(("verdict", self.o.key, []))
                 return

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import logging
 from typing import Any, Protocol
 
 from patronus_tasks.prefect.events import (
@@ -28,6 +27,7 @@ from patronus_tasks.prefect.ui.display import (
     call_state,
     not_passed,
     span_inputs,
+    span_log,
     span_state,
 )
 from patronus_tasks.run.loop import InProcess, RecordStream, Rows
@@ -107,9 +107,9 @@ class RecordingStepRunner(LocalStepRunner):
                                     None, start, 0, 0.0, span_inputs(s),
                                     parent=ids.get(s.parent_id or "", call_id), key=key),
                                span_state(s), 1, end)
-            if s.error is not None:  # said in its log too: the page a failed run opens on
-                self.sink.log({"name": "patronus_tasks", "level": logging.WARNING,
-                               "message": f"{s.kind} span {s.name!r} failed: {s.error}",
+            line = span_log(s)  # its error, or its model's use: the page opens on its logs
+            if line is not None:
+                self.sink.log({"name": "patronus_tasks", "level": line[0], "message": line[1],
                                "timestamp": end.isoformat(), "task_run_id": ids[s.span_id]})
 
     def _log(self, inv: Invocation, call: Call, state: State) -> None:

@@ -19,6 +19,11 @@ from patronus_tasks.run.spec import ExperimentSpec
 _BANNED_IN_NAMES = str.maketrans({c: "_" for c in "/%&<>"})
 
 
+def flow_name(project: str) -> str:
+    """The flow a project's runs are under (a name without the characters Prefect bans)."""
+    return project.translate(_BANNED_IN_NAMES)
+
+
 def flow_parameters(spec: ExperimentSpec) -> dict[str, Any]:
     """What the experiment's flow run shows as its parameters: what ran, on what data."""
     tasks = [lk.task.name for lk in spec.links if lk.task]
@@ -30,6 +35,7 @@ def flow_parameters(spec: ExperimentSpec) -> dict[str, Any]:
         "evaluators": [e.name for lk in spec.links for e in lk.evaluators],
         "max_concurrency": spec.max_concurrency, "series": spec.series,
         "fail_on_regression": spec.fail_on_regression,
+        **({"variant": spec.variant.shown} if spec.variant is not None else {}),
     }
 
 
@@ -51,7 +57,12 @@ def parent_run() -> ParentRun | None:
 
 def _tags(spec: ExperimentSpec) -> tuple[str, ...]:
     """The experiment's tags, and those of a ``prefect.tags`` block it runs in."""
-    tags = list(spec.prefect_tags)
+    return with_context_tags(spec.prefect_tags)
+
+
+def with_context_tags(own: list[str]) -> tuple[str, ...]:
+    """``own`` tags, and those of a ``prefect.tags`` block the code runs in."""
+    tags = list(own)
     if "prefect.context" in sys.modules:
         from prefect.context import TagsContext
 
@@ -65,11 +76,11 @@ def opening(spec: ExperimentSpec, parent: ParentRun | None) -> Opening:
     return Opening(
         key=uuid.uuid4().hex, project=spec.project_name,  # this run's: a resume is another
         title=f"{spec.project_name}/{spec.experiment_name}",
-        flow_name=spec.project_name.translate(_BANNED_IN_NAMES),
+        flow_name=flow_name(spec.project_name),
         run_name=f"{spec.experiment_name} @ {started}", tags=_tags(spec),
         parameters=flow_parameters(spec), results=pickle.dumps(spec.out_dir), rows=spec.runs,
         series=spec.series, parent=parent, record=spec.record, persisting=_persisting(),
-        html_report=spec.html_report)
+        html_report=spec.html_report, baseline=spec.baseline)
 
 
 def _persisting() -> bool | None:

@@ -59,6 +59,9 @@ class RecorderKeeper:
 
     def __init__(self, spec: ExperimentSpec, parent: ParentRun | None) -> None:
         self.spec, self.parent = spec, parent
+        #: Inside a flow run, the verdict waits for the records (that run must not end
+        #: first); a sweep's variant does not: the sweep waits for them all at once.
+        self.waits = parent is not None
         self.manifest_file = ManifestFile(spec.out_dir)
         self.recording = open_recording(opening(spec, parent),
                                         on_progress=self.manifest_file.note_records)
@@ -85,7 +88,7 @@ class RecorderKeeper:
         if spec.fail_on_regression:
             said = await asyncio.to_thread(recording.wait_verdict)
             failures = failures if said is None else said
-        if self.parent is not None:
+        if self.waits:
             line = WaitLine("the flow run waits for {what} ({seconds:.0f} s so far; the "
                             "results are written already)")
             await recording.until_recorded(lambda r: _waiting(r, line))

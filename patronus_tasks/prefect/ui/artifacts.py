@@ -24,7 +24,7 @@ from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
-from patronus_tasks.report.cells import markdown_table, num, pct
+from patronus_tasks.report.cells import fitted, markdown_table, num, pct
 from patronus_tasks.report.markdown import Markdown, code, inert, label, link, plain, text
 from patronus_tasks.results import agreement as _agreement
 from patronus_tasks.results.experiment import Experiment
@@ -144,19 +144,26 @@ def sid_cell(sid: str, step: str, link_index: int, ids: dict[str, str],
     return link(shown, _links.task_run(found)) if found else Markdown(text(shown))
 
 
+#: Characters of an error message or explanation in the -report's tables: v1 of the UI
+#: does not wrap a Markdown table's cells, and 120 made the table 1,232 px wide in its
+#: 946 px box (Chromium, 1,500 px window); each task run's page has it whole.
+FAILURE_CHARS = 60
+
+
 def _failure_lines(df: pd.DataFrame, ids: dict[str, str]) -> list[str]:
     errors, failed, lines = _errors(df), _failed(df), []
+    chain = df["link_index"].nunique() > 1 if len(df) else False
     if len(errors):
         rows = [{"sid": sid_cell(r.sid, _step(r), r.link_index, ids, _repeat(r)),
-                 "link": r.link_index,
+                 **({"link": r.link_index} if chain else {}),
                  "step": _step(r), "error": r.error_type, "message": r.error_message}
                 for r in errors.itertuples()]
-        lines += ["", "## First errors", "", *markdown_table(rows)]
+        lines += ["", "## First errors", "", *markdown_table(rows, FAILURE_CHARS)]
     if len(failed):
         rows = [{"sid": sid_cell(r.sid, r.evaluator_name, r.link_index, ids, _repeat(r)),
-                 "link": r.link_index, "evaluator": r.evaluator_name,
+                 **({"link": r.link_index} if chain else {}), "evaluator": r.evaluator_name,
                  "score": r.score, "explanation": r.explanation} for r in failed.itertuples()]
-        lines += ["", "## First failed evaluations", "", *markdown_table(rows)]
+        lines += ["", "## First failed evaluations", "", *markdown_table(rows, FAILURE_CHARS)]
     return lines
 
 
@@ -275,7 +282,10 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
                   experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = description(title, summary.headline())
-    await target.create("table", made.table_data(table_artifact(summary_rows(summary))),
+    # The table as wide as the UI's box: what it cannot hold is in the -report (the count
+    # of results, each step's calls, tokens and cost).
+    table = fitted(summary_rows(summary), ("results", "tokens in / out", "calls", "cost USD"))
+    await target.create("table", made.table_data(table_artifact(table)),
                         artifact_key(series, "summary"), figures)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
@@ -295,20 +305,25 @@ async def publish_comparison(series: str, title: str, markdown: str, headline: s
 
 #: Runs the ``<series>-history`` table keeps, newest first.
 HISTORY_ROWS = 60
+#: Columns of the history's rows from before, now said otherwise ("33.3% worse", the
+#: verdict): kept, they made the table wider than the UI shows.
+_HISTORY_BEFORE = frozenset({"regressed", "rows", "task errors", "evaluator errors"})
 
 
 async def earlier_history(series: str, client: ApiClient) -> list[dict[str, Any]]:
     """The rows of ``<series>-history`` as the series' previous run left them (ask before
     publishing this run's)."""
     found = await internal.latest_artifacts(client, artifact_key(series, "history"), 1)
-    return read_table(found[0].get("data")) if found else []
+    return [{k: v for k, v in r.items() if k not in _HISTORY_BEFORE}
+            for r in (read_table(found[0].get("data")) if found else [])]
 
 
 def history_table(row: dict[str, Any], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The history with this run's ``row`` first (at most `HISTORY_ROWS`, newest first)."""
+    """The history with this run's ``row`` first (at most `HISTORY_ROWS`, newest first), as
+    wide as the UI's box."""
     rows = [row, *earlier][:HISTORY_ROWS]
     columns = list(dict.fromkeys(c for r in rows for c in r))
-    return [{c: r.get(c, "") for c in columns} for r in rows]
+    return fitted([{c: r.get(c, "") for c in columns} for r in rows], ("metrics", "cost USD"))
 
 
 async def publish_history(series: str, table: list[dict[str, Any]], target: Target) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import logging
+import socket
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +28,18 @@ from patronus_tasks.prefect.ui.artifacts import (
     Target,
     artifact_key,
     description,
-    results_link,
 )
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import VerdictNote
+from patronus_tasks.record.presign import Signed, presigned
 from patronus_tasks.report import charts as _charts
 from patronus_tasks.report.build import report_after_run
 from patronus_tasks.report.cells import markdown_table
-from patronus_tasks.report.markdown import link, text
+from patronus_tasks.report.markdown import code, link, text
 from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
+from patronus_tasks.results.verdict import calling_tags
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.internal import ApiClient
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
 HISTORY_FIXED = frozenset({"started", "experiment", "rows", "task errors", "evaluator errors",
-                           "errors", "metrics", "cost USD", "regressed"})
+                           "errors", "metrics", "cost USD", "regressed", "verdict"})
 
 
 def data_url(png: bytes) -> str:
@@ -58,7 +60,7 @@ def picture(png: bytes | None, alt: str) -> list[str]:
 
 
 def _figure(value: object) -> float | None:
-    text = str(value or "").strip()
+    text = str(value or "").strip().removesuffix(" worse")
     try:
         if text.endswith("%"):
             return float(text[:-1]) / 100
@@ -73,6 +75,8 @@ def nights(history: list[dict[str, Any]]) -> list[_charts.Night]:
     for row in reversed(history):
         values = {k: _figure(v) for k, v in row.items() if k not in HISTORY_FIXED}
         regressed = [n.strip() for n in str(row.get("regressed") or "").split(",") if n.strip()]
+        regressed += [k for k, v in row.items()  # an evaluator's column: "33.3% worse"
+                      if k not in HISTORY_FIXED and str(v).endswith(" worse")]
         out.append(_charts.Night(str(row.get("started", ""))[5:19], values, regressed))
     return out
 
@@ -88,9 +92,23 @@ def links_line(experiment: Experiment, summary: Summary, report: Path | Location
     parts = [f"[{not_passed} verdicts did not pass]({_links.findings(experiment)})",
              f"[errors: {errors}]({_links.errors(experiment)})"]
     if report is not None:
-        target, shown = results_link(report)
-        parts.append(f"HTML report: {link(shown, target)}")
+        parts.append(report_said(report))
     return " · ".join(parts)
+
+
+def report_said(report: Path | Location) -> str:
+    """How to open the HTML report from the UI: in object storage, a pre-signed link and
+    when it stops working; local, the command that opens it on the machine that has it
+    (a browser does not follow a ``file://`` link from an ``http://`` page)."""
+    where = Location.of(report)
+    if where.local is None:
+        signed = presigned(str(where))
+        if isinstance(signed, Signed):
+            return (f"HTML report: {link('report.html', signed.url)} (a pre-signed link, valid "
+                    f"until {signed.expires:%Y-%m-%d %H:%M} UTC)")
+        return f"HTML report: {code(str(where))} ({text(signed)})"
+    command = f"python -m webbrowser {where.local.resolve().as_uri()}"
+    return f"HTML report, on {text(socket.gethostname())}: {code(command)}"
 
 
 def charts_markdown(title: str, experiment: Experiment, summary: Summary,
@@ -124,7 +142,7 @@ def parent_markdown(title: str, experiment: Experiment, summary: Summary, rates:
 
 def _level(line: str, note: VerdictNote) -> int:
     """A warning for what got worse and for a verdict that did (the UI marks warnings)."""
-    worse = (line.startswith("vs previous") and " worse: " in line) or (
+    worse = (line.startswith(("vs previous", "vs baseline")) and " worse: " in line) or (
         line.startswith("verdict:") and bool(note.worse or note.failures))
     return logging.WARNING if worse else logging.INFO
 
@@ -135,13 +153,14 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
     and log lines (its Logs tab, where a deployment's run opens: the figures, each
     evaluator against the previous run, the verdict), posted last before that run ends."""
     now = dt.datetime.now(dt.UTC).isoformat()
-    said = [*note.lines, f"verdict: {note.name}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
+    since = f" since {note.since}, against baseline {note.baseline}" if note.since else ""
+    said = [*note.lines, f"verdict: {note.name}{since}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
     logs = [{"name": "patronus_tasks", "level": _level(line, note), "message": f"{title}: {line}",
              "timestamp": now, "flow_run_id": parent, "task_run_id": None} for line in said]
     if markdown is not None:
         await made.create(client, "markdown", markdown, parent,
                           description=description(title, note.message))
-    await add_tags(client, parent, note.tags)
+    await add_tags(client, parent, calling_tags(note))
     await internal.post_logs(client, logs)
 
 
@@ -156,18 +175,20 @@ class Drawn:
 
 
 def draw_run(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
-             html_report: bool, history: list[dict[str, Any]]) -> Drawn | None:
+             html_report: bool, history: list[dict[str, Any]],
+             note: VerdictNote | None = None) -> Drawn | None:
     """Each chart drawn once (the series' ``history`` too), the HTML report written
-    (unless ``html_report`` is False) and the ``-charts`` markdown made: CPU work, all of
-    it in one thread while the artifacts before the charts are posted (the history's
-    chart, drawn after them, was 0.2 s at the end of every run). None, said in a
-    warning, when it failed: pictures are extras, the run and its results stand."""
+    (unless ``html_report`` is False; ``note``: the verdict its header states) and the
+    ``-charts`` markdown made: CPU work, all of it in one thread while the artifacts before
+    the charts are posted (the history's chart, drawn after them, was 0.2 s at the end of
+    every run). None, said in a warning, when it failed: pictures are extras, the run and
+    its results stand."""
     try:
         compared = comparison if isinstance(comparison, Comparison) else None
         df = experiment.to_dataframe(SUMMARY_COLUMNS)
         drawn = {name: _charts.draw(name, summary, df, compared)
                  for name in ("rates", "scores", "comparison")}
-        report = report_after_run(experiment, compared, drawn) if html_report else None
+        report = report_after_run(experiment, compared, drawn, note) if html_report else None
         return Drawn(drawn, report, charts_markdown(title, experiment, summary, drawn, history,
                                                     report))
     except Exception as exc:

@@ -174,6 +174,27 @@ def span_state(s: SpanData) -> State:
     return State("COMPLETED", "Completed", said, tags)
 
 
+def span_used(s: SpanData) -> str | None:
+    """What a span's model call used, said once: ``model gpt-4o-mini · 812 in / 64 out
+    tokens · $0.000160`` (None: no model, no tokens)."""
+    if s.model is None and s.input_tokens is None:
+        return None
+    used = [f"model {s.model}" if s.model else "",
+            f"{s.input_tokens} in / {s.output_tokens} out tokens" if s.input_tokens is not None else "",
+            f"${s.cost:.6f}" if s.cost is not None else "cost unknown (no price for its model)"]
+    return " · ".join(u for u in used if u)
+
+
+def span_log(s: SpanData) -> tuple[int, str] | None:
+    """The log line a span's task run gets: a model call's model, tokens and cost (its
+    page opens on its logs, which showed "This run didn't generate Logs"; the state
+    message holding them is not on it); a failed span's error."""
+    if s.error is not None:
+        return logging.WARNING, f"{s.kind} span {s.name!r} failed: {s.error}"
+    used = span_used(s)
+    return None if used is None else (logging.INFO, f"{s.kind} span {s.name!r}: {used}")
+
+
 def span_inputs(s: SpanData) -> dict[str, str] | None:
     """A span's arguments and attributes as the Task Inputs tab shows them."""
     shown = {"arguments": short(s.arguments)} if s.arguments else {}

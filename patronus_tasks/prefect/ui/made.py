@@ -39,11 +39,11 @@ def link_data(link: str, text: str | None) -> str:
     return f"[{text}]({link})" if text else f"[{link}]({link})"
 
 
-async def create(client: ApiClient, kind: str, data: Any, flow_run_id: str,
+async def create(client: ApiClient, kind: str, data: Any, flow_run_id: str | None,
                  key: str | None = None, description: str | None = None) -> str:
     """Make an artifact of type ``kind`` (``table``, ``markdown``, ``progress``) on the
-    flow run; its id."""
+    flow run (None: on none, as outside a run); its id."""
     made = await internal.create_artifact(client, {
         "key": key, "type": kind, "description": description, "data": data,
-        "flow_run_id": flow_run_id, "task_run_id": None})
+        "flow_run_id": None if flow_run_id is None else str(flow_run_id), "task_run_id": None})
     return str(made["id"])

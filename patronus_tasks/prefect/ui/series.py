@@ -2,7 +2,8 @@
 
 Their artifacts share keys, so the Prefect UI's history of a key is the series' history;
 each run compares itself with the previous run of its series, found as the latest
-version of the series' results link (the server is the one registry every worker sees).
+version of the series' results link (the server is the one registry every worker sees),
+and with the series' baseline (`baselines`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.report.markdown import code, link, text
 from patronus_tasks.results.compare import Comparison, EvaluatorComparison, compare_experiments
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import Summary
-from patronus_tasks.results.verdict import ALPHA, NotCompared, Rule, said
+from patronus_tasks.results.verdict import ALPHA, Baseline, NotCompared, Rule, said
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.internal import ApiClient
@@ -38,6 +40,16 @@ class PreviousRun:
     flow_run_id: str | None
 
 
+@dataclass(frozen=True)
+class Found(PreviousRun):
+    """A series' baseline (`baselines.find`): where its results are, its flow run, how it
+    became the baseline (``accepted``, ``first run``, ``pinned``), its name if known."""
+
+    how: str = "first run"
+    name: str | None = None
+    recorded: bool = True  # kept as the series' baseline (a series from before: not yet)
+
+
 #: Latest results links of a key read to find the series' own (keys are short: two
 #: series may share one).
 LINKS_READ = 20
@@ -49,17 +61,33 @@ def _of_series(artifact: dict[str, Any], series: str) -> bool:
     return said is None or said.group(1) in (text(series), series)
 
 
-async def previous_run(series: str, client: ApiClient) -> PreviousRun | None:
-    """The latest results link of ``series`` (ask before publishing this run's)."""
-    found = await internal.latest_artifacts(client, artifact_key(series, "results"), LINKS_READ)
-    mine = [a for a in found if _of_series(a, series)]
+async def series_link(series: str, kind: str, client: ApiClient,
+                      oldest: bool = False) -> tuple[PreviousRun, str] | None:
+    """The latest (or ``oldest``: every version read, newest first, a page at a time) of
+    the series' ``kind`` link artifact: where it points and its flow run, its description."""
+    key = artifact_key(series, kind)
+    mine: list[dict[str, Any]] = []
+    size, read = (200 if oldest else LINKS_READ), 0  # Prefect sorts them newest first only
+    while True:
+        found = await internal.latest_artifacts(client, key, size, offset=read)
+        mine, read = mine + [a for a in found if _of_series(a, series)], read + len(found)
+        if not oldest or len(found) < size:
+            break
     if not mine:
         return None
+    chosen = mine[-1] if oldest else mine[0]
     # The target after the last "](": the link's text may hold one.
-    data, flow_run_id = mine[0].get("data"), mine[0].get("flow_run_id")
+    data, flow_run_id = chosen.get("data"), chosen.get("flow_run_id")
     written = re.search(r".*\]\((.*)\)$", str(data or ""))
     target = written.group(1) if written else str(data)
-    return PreviousRun(target, str(flow_run_id) if flow_run_id else None)
+    run = str(flow_run_id) if flow_run_id else None
+    return PreviousRun(target, run), str(chosen.get("description") or "")
+
+
+async def previous_run(series: str, client: ApiClient) -> PreviousRun | None:
+    """The latest results link of ``series`` (ask before publishing this run's)."""
+    found = await series_link(series, "results", client)
+    return found[0] if found is not None else None
 
 
 def experiment_at(results_url: str, this: Experiment) -> Experiment:
@@ -68,17 +96,42 @@ def experiment_at(results_url: str, this: Experiment) -> Experiment:
     return Experiment(this.location.at(results_url).parent)
 
 
-def compare_with(previous: PreviousRun | None, this: Experiment) -> Comparison | str:
-    """This run against the previous one, or why there is nothing to compare with."""
+def compare_with(previous: PreviousRun | None, this: Experiment,
+                 what: str = "previous run") -> Comparison | str:
+    """This run against the previous one (or the baseline: ``what``), or why there is
+    nothing to compare with."""
     if previous is None:
         return "This is the first run of its series: nothing to compare with yet."
     try:
         return compare_experiments(experiment_at(previous.location, this), this)
     except Exception as exc:  # gone or unreadable: say so, the run itself is fine
-        logger.warning("could not read the previous run's results at %s: %s",
-                       previous.location, exc)
-        return NotCompared(f"the previous run's results at `{previous.location}` could not be "
+        logger.warning("could not read the %s's results at %s: %s", what, previous.location, exc)
+        return NotCompared(f"the {what}'s results at `{previous.location}` could not be "
                            f"read: {exc}")
+
+
+def against_baseline(found: Found | None, previous: PreviousRun | None,
+                     comparison: Comparison | str, this: Experiment) -> Baseline | None:
+    """This run against the series' baseline (``found``): the comparison with the previous
+    run when that is the baseline too, and the night its regression began, carried from
+    the previous night's verdict while the baseline is the same."""
+    if found is None:
+        return None
+    same = previous is not None and previous.location == found.location
+    compared = comparison if same else compare_with(found, this, "baseline")
+    name = compared.a if isinstance(compared, Comparison) else found.name or found.location
+    return Baseline(name, found.how, compared, _since(previous, this, name), previous=same)
+
+
+def _since(previous: PreviousRun | None, this: Experiment, baseline: str) -> str | None:
+    """The night the previous run's regression against ``baseline`` began, if it had one."""
+    if previous is None:
+        return None
+    try:
+        said = experiment_at(previous.location, this).manifest.verdict
+    except Exception:  # unreadable: this night is the first one known
+        return None
+    return said.since if said is not None and said.baseline == baseline else None
 
 
 def _pass_row(e: EvaluatorComparison, with_link: bool, rule: Rule) -> dict[str, Any]:
@@ -115,25 +168,58 @@ def regressed_task_runs(comparison: Comparison | str) -> list[str]:
 
 
 def comparison_markdown(title: str, comparison: Comparison | str, previous: PreviousRun | None,
-                        ids: dict[str, str] | None = None, rule: Rule | None = None) -> str:
+                        ids: dict[str, str] | None = None, rule: Rule | None = None,
+                        baseline: Baseline | None = None, found: Found | None = None) -> str:
     """The comparison: what got worse or better first, then the figures as tables, then the
-    rows that got worse, per evaluator (sample ids linking to this run's task runs: ``ids``)."""
+    rows that got worse, per evaluator (sample ids linking to this run's task runs: ``ids``);
+    then the run against the series' baseline (``baseline``, found at ``found``)."""
     rule = rule or Rule()
     lines = [f"# {text(title)} vs the previous run", ""]
     if isinstance(comparison, str):
-        return "\n".join([*lines, text(comparison)])
-    assert previous is not None
+        lines.append(text(comparison))
+    else:
+        assert previous is not None
+        lines += _compared(comparison, previous, "Previous run", ids or {}, rule)
+    return "\n".join(lines + _baseline_lines(baseline, found, ids or {}, rule))
+
+
+def _baseline_lines(baseline: Baseline | None, found: Found | None, ids: dict[str, str],
+                    rule: Rule) -> list[str]:
+    """``## Against the baseline``: which run it is and how, since when this run is worse
+    than it, and (when it is not the previous run) the comparison with it."""
+    if baseline is None or found is None:
+        return []
+    how = {"accepted": "accepted", "pinned": "pinned in code (baseline=)"}.get(
+        baseline.how, "the series' first run: none accepted yet")
+    lines = ["", "## Against the baseline", "",
+             f"Baseline: **{text(baseline.name)}** ({how}; `patronus-tasks accept RUN` makes "
+             "another the baseline)."]
+    worse = baseline.worse(rule)
+    if worse and isinstance(baseline.comparison, Comparison):
+        since = baseline.since or baseline.comparison.b
+        lines += ["", f"**Regressed since {text(since)}**: " + text(", ".join(
+            e.evaluator for e in worse)) + " worse than the baseline (the verdict stays "
+            "Regressed until a run is accepted)."]
+    if baseline.previous:
+        return [*lines, "", "It is the previous run too: the comparison above."]
+    if isinstance(baseline.comparison, str):
+        return [*lines, "", text(baseline.comparison)]
+    return [*lines, "", *_compared(baseline.comparison, found, "Baseline", ids, rule)]
+
+
+def _compared(comparison: Comparison, previous: PreviousRun, what: str, ids: dict[str, str],
+              rule: Rule) -> list[str]:
     run = (f" ([its flow run]({_links.flow_run(previous.flow_run_id)}))"
            if previous.flow_run_id else "")
     paired = {"repeat": "sample id and repeat", "mean": "sample id (each row's mean over its "
               "repeats)"}.get(comparison.pairing, "sample id")
-    lines += [*_verdict_lines(comparison, rule), "",
-              f"Previous run: **{text(comparison.a)}**{run}, results {code(previous.location)}. Rows paired "
-              f"by {paired}; only in the previous run: {comparison.only_in_a}, only in this one: "
-              f"{comparison.only_in_b}.", ""]
+    lines = [*_verdict_lines(comparison, rule), "",
+             f"{what}: **{text(comparison.a)}**{run}, results {code(previous.location)}. Rows paired "
+             f"by {paired}; only in the {what.lower()}: {comparison.only_in_a}, only in this one: "
+             f"{comparison.only_in_b}.", ""]
     many = len({e.link_index for e in comparison.evaluators}) > 1
-    verdicts = [e for e in comparison.evaluators if e.pass_diff is not None]
-    scores = [e for e in comparison.evaluators if e.mean_diff is not None and e.pass_diff is None]
+    verdicts = [e for e in comparison.evaluators if e.verdict_rows]
+    scores = [e for e in comparison.evaluators if e.mean_diff is not None and not e.verdict_rows]
     if verdicts:
         lines += ["## Pass rates", "", *markdown_table([_pass_row(e, many, rule) for e in verdicts]), ""]
     if scores:
@@ -145,8 +231,8 @@ def comparison_markdown(title: str, comparison: Comparison | str, previous: Prev
         if e.regressed:
             more = f" (+{len(e.regressed) - ROWS_SHOWN} more)" if len(e.regressed) > ROWS_SHOWN else ""
             lines += ["", f"**{text(e.evaluator)}** got worse on: "
-                      + ", ".join(_sid(s, e, ids or {}) for s in e.regressed[:ROWS_SHOWN]) + more]
-    return "\n".join(lines)
+                      + ", ".join(_sid(s, e, ids) for s in e.regressed[:ROWS_SHOWN]) + more]
+    return lines
 
 
 def _verdict_lines(comparison: Comparison, rule: Rule) -> list[str]:
@@ -177,35 +263,39 @@ def _sid(sid: str, e: EvaluatorComparison, ids: dict[str, str]) -> str:
     return link(sid, _links.task_run(found)) if found else text(sid)
 
 
-def headline(comparison: Comparison | str, rule: Rule | None = None) -> str:
+def headline(comparison: Comparison | str, rule: Rule | None = None,
+             baseline: Baseline | None = None) -> str:
     """The comparison in one line, for the artifact's description (its history)."""
-    if isinstance(comparison, NotCompared):
-        return "not compared: the previous run's results could not be read"
-    if isinstance(comparison, str):
-        return "no previous run to compare with"
     rule = rule or Rule()
+    worse = baseline.worse(rule) if baseline is not None else []
+    kept = (f"; regressed since {baseline.since or baseline.comparison.b} against baseline "
+            f"{baseline.name}: {', '.join(e.evaluator for e in worse)}"
+            if worse and baseline is not None and isinstance(baseline.comparison, Comparison) else "")
+    if isinstance(comparison, NotCompared):
+        return "not compared: the previous run's results could not be read" + kept
+    if isinstance(comparison, str):
+        return "no previous run to compare with" + kept
     parts = [said(e, rule) for e in comparison.evaluators]
     parts += [f"{name} not compared: no verdict this run" for name in comparison.unjudged_b]
-    return "vs previous: " + ("; ".join(parts) or "no paired evaluations")
+    return "vs previous: " + ("; ".join(parts) or "no paired evaluations") + kept
 
 
-def history_row(this: Experiment, summary: Summary, comparison: Comparison | str,
-                rule: Rule | None = None) -> dict[str, Any]:
-    """This run as one row of its series' history: when, what, each evaluator's figure."""
-    row: dict[str, Any] = {"started": this.manifest.started_at[:19].replace("T", " "),
+def history_row(this: Experiment, summary: Summary, note: VerdictNote | None = None) -> dict[str, Any]:
+    """This run as one row of its series' history: when, what, each evaluator's figure
+    (``worse`` beside it when it got worse, against the previous run or the baseline:
+    `VerdictNote.worse`), the verdict, the errors; cost and metrics last (the first to go
+    when the table is too wide: `artifacts.publish_history`)."""
+    row: dict[str, Any] = {"started": this.manifest.started_at[:16].replace("T", " "),
                            "experiment": this.name}
+    worse = set(note.worse) if note is not None else set()
     for s in summary.evaluators:
         name = f"{s.evaluator} [link {s.link_index}]" if summary.links > 1 else s.evaluator
-        row[name] = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
-                     else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
-    rule = rule or Rule()
-    regressed = [] if isinstance(comparison, str) else [
-        e for e in comparison.evaluators if rule.movement(e) == "worse"]
-    # What got worse and the errors next to the figures, the metrics in one cell last and
-    # cut: the table must fit the UI at a 1,500 px window (its cells do not wrap).
+        figure = (f"{s.pass_rate:.1%}" if s.pass_rate is not None
+                  else f"mean {s.scores['mean']:.3g}" if "mean" in s.scores else "")
+        row[name] = figure + (" worse" if figure and s.evaluator in worse else "")
     errors = [f"{summary.task_errors} task" * bool(summary.task_errors),
               f"{summary.evaluator_errors} evaluator" * bool(summary.evaluator_errors)]
-    row.update({"regressed": _cut(", ".join(e.evaluator for e in regressed)),
+    row.update({"verdict": note.name if note is not None else "",
                 "errors": ", ".join(x for x in errors if x) or "0"})
     if summary.cost_usd is not None:
         row["cost USD"] = f"{summary.cost_usd:.4g}"
@@ -223,21 +313,24 @@ def _cut(text: str, most: int = 40) -> str:
 @dataclass(frozen=True)
 class InSeries:
     """This run in its series: against the previous run (the comparison, in one line,
-    as the ``-vs-previous`` markdown) and as a row of the series' history."""
+    as the ``-vs-previous`` markdown), and against the baseline."""
 
     comparison: Comparison | str
     headline: str
     markdown: str
-    history_row: dict[str, Any]
+    baseline: Baseline | None = None
 
 
 def in_series(title: str, previous: PreviousRun | None, this: Experiment, summary: Summary,
-              ids: Callable[[list[str]], dict[str, str]], rule: Rule | None = None) -> InSeries:
-    """``this`` run against ``previous`` (``rule``: what is worse); ``ids`` gives the
-    task-run ids of calls by name (the markdown links the rows that got worse to them)."""
+              ids: Callable[[list[str]], dict[str, str]], rule: Rule | None = None,
+              found: Found | None = None) -> InSeries:
+    """``this`` run against ``previous`` and the series' baseline (``found``; ``rule``:
+    what is worse); ``ids`` gives the task-run ids of calls by name (the markdown links
+    the rows that got worse to them)."""
     rule = rule or Rule()
     comparison = compare_with(previous, this)
-    markdown = comparison_markdown(title, comparison, previous,
-                                   ids(regressed_task_runs(comparison)), rule)
-    return InSeries(comparison, headline(comparison, rule), markdown,
-                    history_row(this, summary, comparison, rule))
+    baseline = against_baseline(found, previous, comparison, this)
+    compared = baseline.comparison if baseline is not None and not baseline.previous else None
+    shown = regressed_task_runs(comparison) + (regressed_task_runs(compared) if compared else [])
+    markdown = comparison_markdown(title, comparison, previous, ids(shown), rule, baseline, found)
+    return InSeries(comparison, headline(comparison, rule, baseline), markdown, baseline)
