@@ -46,6 +46,8 @@ PROBES = [
     ("define/_probe.py", "from patronus_tasks.run import loop", "define -> run -> record"),
     ("prefect/ui/_probe.py", "from patronus_tasks.prefect.runs import flow", "Prefect's rooms"),
     ("prefect/recorder/taskruns.py", "import pandas", "The recorder process starts light"),
+    # Prefect in the recorder's start-up (its progress artifact): ~1.0 s of imports.
+    ("prefect/ui/progress.py", "import prefect", "The recorder process starts light"),
     ("results/_probe.py", "from patronus_tasks.results import _probe2", "No import circle"),
     # A circle one of whose sides imports for type hints alone (the poster and the
     # recorder it posts for were one, issue 49).

@@ -319,15 +319,13 @@ def test_a_table_artifact_cell_carries_invisible_marks_only() -> None:
 def test_a_series_is_found_by_its_escaped_name_and_by_its_name_from_before() -> None:
     """The results link's description names its series (escaped now): the next run of the
     series finds it, a link written before this escaping too, another series' not."""
-    from types import SimpleNamespace
-
     from patronus_tasks.prefect.ui.artifacts import results_description
     from patronus_tasks.prefect.ui.series import _of_series
 
     series = "flow/*nightly* <b>/proj_"
     for said in (results_description("p/x", series), f"p/x: Parquet results (series {series})"):
-        assert _of_series(SimpleNamespace(description=said), series)  # type: ignore[arg-type]
-        assert not _of_series(SimpleNamespace(description=said), "flow/nightly/proj")  # type: ignore[arg-type]
+        assert _of_series({"description": said}, series)  # the artifact as the API's JSON
+        assert not _of_series({"description": said}, "flow/nightly/proj")
 
 
 def test_every_markdown_of_an_experiment_links_only_where_this_package_does(tmp_path) -> None:

@@ -4,8 +4,10 @@
     recorder/  the recorder process: its channel, backlog, pacing, task-run and flow-run posting
     ui/        what the Prefect UI shows: artifacts, charts, series, links, progress
     server/    the Prefect servers: the built-in one, ``server up``, the production stack
-    internal.py, events.py, clients.py
+    internal.py, events.py, clients.py (lean.py, client_settings.py), flowruns.py, states.py
                Prefect's internals this package relies on, its event format, its clients
+               (the recorder's over plain httpx when the environment gives their settings),
+               flow runs and their states through the API
 
 May import: Prefect, and every layer of this package below it (`define`, `run`,
 `record`, `results`, `report`, the ground modules); nothing imports it but `api`, `cli`,
@@ -90,7 +92,7 @@ def accept_baseline(run: str | Path, results_dir: str | Path | None = None) -> s
     so every worker sees it; inside a flow run (the bundled ``accept-baseline``
     deployment), on that flow run. Any other: a file beside the results
     (``<results>/<project>/baselines.json``)."""
-    from prefect.exceptions import ObjectNotFound
+    import httpx
 
     from patronus_tasks.exceptions import ConfigError
     from patronus_tasks.results.baselines import accept_here, series_of
@@ -104,6 +106,7 @@ def accept_baseline(run: str | Path, results_dir: str | Path | None = None) -> s
     from prefect.settings import get_current_settings
     from prefect.utilities.asyncutils import run_coro_as_sync
 
+    from patronus_tasks.prefect import internal
     from patronus_tasks.prefect.clients import get_client
     from patronus_tasks.prefect.ui import baselines
 
@@ -114,8 +117,10 @@ def accept_baseline(run: str | Path, results_dir: str | Path | None = None) -> s
     async def accept() -> str:
         async with get_client() as client:
             try:
-                await client.read_flow_run(uuid.UUID(recorded))
-            except ObjectNotFound:
+                await internal.read_flow_run(client, str(uuid.UUID(recorded)))
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 404:
+                    raise
                 raise ConfigError(_elsewhere(experiment, f"the Prefect API at {url} has no flow "
                                                          f"run {recorded}")) from None
             return await baselines.record(series_of(experiment), experiment, client, flow_run.id)

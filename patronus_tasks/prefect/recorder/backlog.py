@@ -34,7 +34,7 @@ from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import FINAL_TYPES, EventBatch
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
+    from patronus_tasks.prefect.internal import ApiClient
 
 _LOOKUP = 50  # marks asked for per poll, oldest first (the events API takes at most 50)
 #: Seconds a batch may stay missing after a later one was recorded, before it counts as
@@ -74,7 +74,7 @@ class Backlog:
         """Events posted that the server has not recorded yet."""
         return sum(b.count for b in self.posted)
 
-    async def refresh(self, client: PrefectClient, persister_off_after: int,
+    async def refresh(self, client: ApiClient, persister_off_after: int,
                       grace: float, last: bool = False) -> list[EventBatch]:
         """Ask the server which marks it holds; drop the recorded batches; return the lost
         ones (taken out of `posted`, to be sent again).
@@ -117,7 +117,7 @@ class Backlog:
         self.recorded += sum(b.finals for b, d in zip(batches, done, strict=True) if d)
         return lost
 
-    async def _complete(self, client: PrefectClient, batch: EventBatch, persisting: bool) -> bool:
+    async def _complete(self, client: ApiClient, batch: EventBatch, persisting: bool) -> bool:
         """Whether the server holds every task run of ``batch`` in its final state, and
         (``persisting``) every event."""
         events = orjson.loads(batch.body())
@@ -141,7 +141,7 @@ class Backlog:
             self._recorded_at = self._recorded_at or time.monotonic()
         self._stored_any = self._stored_any or any(stored)
 
-    async def _ask_settings(self, client: PrefectClient) -> None:
+    async def _ask_settings(self, client: ApiClient) -> None:
         """Events recorded for `_ASK_AFTER` seconds, none stored: ask the server's settings
         whether its event persister runs (once; it costs the server 66 ms of CPU, so not
         asked of a server that stores them), rather than wait out the grace. Said off, it
@@ -164,7 +164,7 @@ class Backlog:
         return not self.persisting
 
 
-async def still_needed(client: PrefectClient, batch: EventBatch, persisting: bool = True) -> bytes | None:
+async def still_needed(client: ApiClient, batch: EventBatch, persisting: bool = True) -> bytes | None:
     """The body to send ``batch`` again with: the events whose *states* the server does not
     hold, under new ids (`EventBatch.renew`: the server drops an id it took lately) unless
     ``batch.keep_ids``; None when it holds them all (the next check confirms the batch).
@@ -195,7 +195,7 @@ async def still_needed(client: PrefectClient, batch: EventBatch, persisting: boo
     return batch.renew(events, held)
 
 
-async def held_by_state(client: PrefectClient, events: list[dict[str, Any]]) -> set[str]:
+async def held_by_state(client: ApiClient, events: list[dict[str, Any]]) -> set[str]:
     """The ids of the events whose states the server holds: a final one's task run is in a
     final state, a running one's task run exists."""
     runs = sorted({_task_run(e) for e in events})
@@ -204,7 +204,7 @@ async def held_by_state(client: PrefectClient, events: list[dict[str, Any]]) -> 
             if (_task_run(e) in final if _final(e) else _task_run(e) in present)}
 
 
-async def held_task_runs(client: PrefectClient, ids: list[str]) -> set[str]:
+async def held_task_runs(client: ApiClient, ids: list[str]) -> set[str]:
     """Which of these task runs the server holds in a final state."""
     return (await _task_runs_present(client, ids))[1]
 
@@ -213,7 +213,7 @@ def _final(event: dict[str, Any]) -> bool:
     return event["resource"]["prefect.state-type"] in FINAL_TYPES
 
 
-async def _stored_ids(client: PrefectClient, ids: list[str]) -> set[str]:
+async def _stored_ids(client: ApiClient, ids: list[str]) -> set[str]:
     """Which of these events the server has stored (asked `_LOOKUP` at a time)."""
     stored: set[str] = set()
     for i in range(0, len(ids), _LOOKUP):
@@ -227,7 +227,7 @@ def _task_run(event: dict[str, Any]) -> str:
     return str(event["resource"]["prefect.resource.id"]).removeprefix("prefect.task-run.")
 
 
-async def _task_runs_present(client: PrefectClient, ids: list[str]) -> tuple[set[str], set[str]]:
+async def _task_runs_present(client: ApiClient, ids: list[str]) -> tuple[set[str], set[str]]:
     """Which of these task runs the server has, and which of them are in a final state
     (asked `_LOOKUP` at a time: the API reads at most 200 per request)."""
     present: set[str] = set()
@@ -255,7 +255,7 @@ def _before_found(found: list[bool], i: int) -> bool:
     return not found[i] and any(found[i + 1:])
 
 
-async def _recorded_marks(client: PrefectClient, batches: list[EventBatch]) -> list[bool]:
+async def _recorded_marks(client: ApiClient, batches: list[EventBatch]) -> list[bool]:
     """Per batch: does the server hold its mark's task run (in a final state, if the mark
     is one: a task run has one final event, though it may have been sent under two ids)?"""
     ids = sorted({b.mark[1] for b in batches})
@@ -266,19 +266,19 @@ async def _recorded_marks(client: PrefectClient, batches: list[EventBatch]) -> l
             for b in batches]
 
 
-async def _count_final(client: PrefectClient, ids: list[str]) -> int:
+async def _count_final(client: ApiClient, ids: list[str]) -> int:
     """How many of these task runs the server holds in a final state."""
     return await internal.count_task_runs(client, {
         "task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}})
 
 
-async def _count_events(client: PrefectClient, ids: list[str]) -> int:
+async def _count_events(client: ApiClient, ids: list[str]) -> int:
     """How many of these events the server has stored."""
     body = {"filter": {"id": {"id": ids}, "occurred": _ALL_TIME}, "limit": 1}
     return int((await internal.filter_events(client, body))["total"])
 
 
-async def _stored_marks(client: PrefectClient, batches: list[EventBatch]) -> list[bool]:
+async def _stored_marks(client: ApiClient, batches: list[EventBatch]) -> list[bool]:
     """Per batch: has the event persister stored its mark's event?"""
     body = {"filter": {"id": {"id": [b.mark[0] for b in batches]}, "occurred": _ALL_TIME},
             "limit": len(batches)}
@@ -286,6 +286,6 @@ async def _stored_marks(client: PrefectClient, batches: list[EventBatch]) -> lis
     return [b.mark[0] in found for b in batches]
 
 
-async def count_task_runs_by_id(client: PrefectClient, ids: list[str]) -> int:
+async def count_task_runs_by_id(client: ApiClient, ids: list[str]) -> int:
     """How many of these task runs the server has: a look-up by primary key."""
     return await internal.count_task_runs(client, {"task_runs": {"id": {"any_": ids}}})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -25,11 +26,8 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
-from prefect.client.orchestration import PrefectClient
-from prefect.states import Cancelled, Completed, Crashed
-
 from patronus_tasks.exceptions import ExperimentError
-from patronus_tasks.prefect import flowruns, internal, settings
+from patronus_tasks.prefect import clients, flowruns, internal, settings
 from patronus_tasks.prefect.clients import get_client, refused, refused_fix
 from patronus_tasks.prefect.protocol import (
     CallItem,
@@ -43,10 +41,12 @@ from patronus_tasks.prefect.recorder import sweeps as _sweeps
 from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
 from patronus_tasks.prefect.recorder.taskruns import MAX_BUFFERED_BYTES, Limits, TaskRunRecorder
 from patronus_tasks.prefect.server import hook as server_hook
+from patronus_tasks.prefect.states import cancelled, completed, crashed
 from patronus_tasks.prefect.ui.progress import ProgressArtifact
 from patronus_tasks.run import background as _background
 
 if TYPE_CHECKING:
+    from patronus_tasks.prefect.internal import ApiClient
     from patronus_tasks.prefect.ui import postrun
 
 logger = logging.getLogger("patronus_tasks.records")
@@ -224,14 +224,14 @@ class Session:
             self.service.tell(("done", self.o.key, progress))
             self.finished.set()
 
-    async def _verdict(self, client: PrefectClient, closing: Closing) -> postrun.Verdict:
+    async def _verdict(self, client: ApiClient, closing: Closing) -> postrun.Verdict:
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
         postrun = await _postrun()
         if closing.status == "interrupted":
-            kind = Crashed if closing.why == _ORPHANED else Cancelled
-            return postrun.Verdict(kind(message=f"interrupted: {closing.why}"))
-        verdict = postrun.Verdict(Completed(message="the figures could not be published"))
+            kind = crashed if closing.why == _ORPHANED else cancelled
+            return postrun.Verdict(kind(f"interrupted: {closing.why}"))
+        verdict = postrun.Verdict(completed("the figures could not be published"))
         assert self.flow_run_id is not None
         async with self.service.publishing:  # the next run of a series compares with this one
             try:
@@ -244,7 +244,7 @@ class Session:
         self.service.tell(("verdict", self.o.key, said))
         return verdict
 
-    def _publishing(self, client: PrefectClient) -> postrun.Publishing:
+    def _publishing(self, client: ApiClient) -> postrun.Publishing:
         from patronus_tasks.prefect.ui import artifacts as _artifacts
         from patronus_tasks.prefect.ui import postrun
 
@@ -252,7 +252,7 @@ class Session:
         return postrun.Publishing.of(
             self.o, _artifacts.Target(client, self.flow_run_id, self.o.key), self.series)
 
-    async def _settle(self, client: PrefectClient, closing: Closing, verdict: postrun.Verdict) -> None:
+    async def _settle(self, client: ApiClient, closing: Closing, verdict: postrun.Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None
         lines = list(verdict.lines)
         if self.o.record == "failures":
@@ -287,7 +287,7 @@ async def _until_created(opening: Opening, service: Service) -> flowruns.Created
         except Exception as exc:
             if refused(exc):  # it answers, and will not without the auth string
                 logger.error("%s: %s is not recorded on Prefect (its results are written)",
-                             refused_fix(_api_url()), opening.title)
+                             refused_fix(clients.api_url()), opening.title)
                 return None
             if time.monotonic() + wait > deadline:
                 logger.error("%s", _unanswered(opening, exc))
@@ -296,15 +296,9 @@ async def _until_created(opening: Opening, service: Service) -> flowruns.Created
         wait = min(wait * 2, 8.0)
 
 
-def _api_url() -> str | None:
-    from prefect.settings import get_current_settings
-
-    return get_current_settings().api.url
-
-
 def _unanswered(opening: Opening, exc: Exception) -> str:
     """Why the flow run could not be made, in this package's terms, with the fix."""
-    url = _api_url()
+    url = clients.api_url()
     brief = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     return (f"the Prefect API at {url} did not answer for {settings.unanswered_seconds():g} s ({brief}): "
             f"{opening.title} is not recorded on Prefect (its results are written). Start a "
@@ -348,18 +342,30 @@ async def _postrun() -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, _POSTRUN_MODULES[0])
 
 
-def _preload() -> None:
+#: The garbage collector's thresholds while the post-run's modules load: Python's (700
+#: allocations) ran ~1,400 young and a dozen full passes over their ~1M new objects, 7-10%
+#: of their ~1.1 s of CPU (measured), all of it on a small run's way to its end.
+_LOADING_GC = (50_000, 20, 100)
+
+
+def _preload(names: tuple[str, ...]) -> None:
     """Load the post-run's modules in a thread from the process's start, while it makes
     the flow run and posts the first calls (I/O, mostly: they lose a few ms to the
     import's hold on the GIL). When the rows were done first, as a small experiment's
-    are, these imports were the end of its post-run, and of its process."""
+    are, these imports were the end of its post-run, and of its process. The collector
+    runs less often meanwhile, then as before, what they made left out of its passes."""
+    before = gc.get_threshold()
+    gc.set_threshold(*_LOADING_GC)
+
     def load() -> None:
-        for name in _POSTRUN_MODULES:
-            try:
+        try:
+            for name in names:
                 importlib.import_module(name)
-            except Exception as exc:  # said again, if it matters, where it is used
-                logger.warning("could not load %s ahead of the post-run: %s", name, exc)
-                return
+        except Exception as exc:  # said again, if it matters, where it is used
+            logger.warning("could not load %s ahead of the post-run: %s", name, exc)
+        finally:
+            gc.freeze()  # modules live as long as the process: never collected
+            gc.set_threshold(*before)
 
     threading.Thread(target=load, name="patronus-tasks-preload", daemon=True).start()
 
@@ -373,13 +379,11 @@ def _progress_of(recorder: TaskRunRecorder | None) -> Progress:
 
 
 def _url(flow_run_id: str) -> str | None:
-    from prefect.settings import get_current_settings
-
-    ui = get_current_settings().ui_url
+    ui = clients.ui_url()
     return f"{ui}/runs/flow-run/{flow_run_id}" if ui else None
 
 
-async def _until_answering(client: PrefectClient) -> None:
+async def _until_answering(client: ApiClient) -> None:
     """Wait (up to `settings.unanswered_seconds`) for a server that does not answer now: one
     restarting as a run ends got none of its artifacts before, publishing at once."""
     deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
@@ -402,12 +406,18 @@ def _hold_while_full(service: Service) -> None:
         time.sleep(0.05)
 
 
+#: Prefect's client, when the environment does not give every client setting: its
+#: first use waits for the thread loading it.
+_PREFECT_CLIENT = "prefect.client.orchestration"
+
+
 def main() -> None:
     server_hook.install()  # the built-in server, if this process starts one, is ours
+    lean = clients.use_environment(os.environ)  # Prefect is not imported, then
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() of any library goes to stderr, not into the channel
     service = Service(answers)
-    _preload()
+    _preload(_POSTRUN_MODULES if lean else (_PREFECT_CLIENT, *_POSTRUN_MODULES))
     loop = _background.loop()
     source = sys.stdin.buffer
     while True:

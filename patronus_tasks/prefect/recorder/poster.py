@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import httpx
-from prefect.client.orchestration import PrefectClient
 
 from patronus_tasks.http import RateLimited
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import EventBatch
 from patronus_tasks.prefect.recorder.backlog import still_needed
 from patronus_tasks.prefect.recorder.outbox import BATCH_EVENTS, Outbox
+
+if TYPE_CHECKING:
+    from patronus_tasks.prefect.internal import ApiClient
 
 logger = logging.getLogger("patronus_tasks.records")
 _FLUSH_SECONDS = 0.25
@@ -45,7 +48,7 @@ _MIN_SPLIT = 25
 class Poster:
     """The loop posting one recorder's events and checking what the server recorded."""
 
-    def __init__(self, recorder: Outbox, client: PrefectClient) -> None:
+    def __init__(self, recorder: Outbox, client: ApiClient) -> None:
         self.r, self.client = recorder, client
         self.checked = self.reported = self.resent = self.warned = 0.0
         self.stall_after, self.stalls = recorder.limits.stall_seconds, 0  # resends since progress

@@ -12,16 +12,14 @@ import asyncio
 import dataclasses
 import logging
 import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from prefect.artifacts import MarkdownArtifact
-from prefect.states import Cancelled, Completed, Failed, State
-
-from patronus_tasks.prefect import flowruns
+from patronus_tasks.prefect import clients, flowruns
 from patronus_tasks.prefect.protocol import UI_PREFIX, Closing, Opening, SweepEnd
+from patronus_tasks.prefect.states import RunState, cancelled, completed, failed
+from patronus_tasks.prefect.ui import made
 
 _CHILDREN_EVERY = 0.25  # seconds between looks at the variants' flow runs
 
@@ -56,9 +54,7 @@ async def with_parent(sessions: Mapping[str, Session], opening: Opening) -> Open
 def _ui_prefix() -> str:
     """The UI's path on its host (as `ui.links.ui_prefix`, which this process's imports
     must not load: it reads results)."""
-    from prefect.settings import PREFECT_UI_URL
-
-    return urlparse(PREFECT_UI_URL.value() or "").path.rstrip("/")
+    return urlparse(clients.ui_url() or "").path.rstrip("/")
 
 
 async def _children_done(sessions: Mapping[str, Session], keys: tuple[str, ...]) -> None:
@@ -68,24 +64,19 @@ async def _children_done(sessions: Mapping[str, Session], keys: tuple[str, ...])
 
 async def end(session: Session, closing: Closing) -> None:
     """The sweep's end: its variants' flow runs first, then its artifacts, tags and state."""
-    from patronus_tasks.prefect.clients import get_client
-
     assert session.flow_run_id is not None
     flow_run_id = session.flow_run_id
     done = closing.sweep or SweepEnd()
     await _children_done(session.service.sessions, done.children)
-    state: State[Any]
+    state: RunState
     if closing.status == "interrupted":
-        state = Cancelled(message=f"interrupted: {closing.why}")
+        state = cancelled(f"interrupted: {closing.why}")
     else:
-        state = (Failed if done.failed else Completed)(message=done.message)
-    async with get_client() as client:
+        state = (failed if done.failed else completed)(done.message)
+    async with clients.get_client() as client:
         for key, markdown, description in done.artifacts:
-            with warnings.catch_warnings():  # made outside any run context of ours
-                warnings.simplefilter("ignore", FutureWarning)
-                await MarkdownArtifact(markdown=markdown.replace(UI_PREFIX, _ui_prefix()),
-                                       key=key, description=description,
-                                       flow_run_id=flow_run_id).acreate(client)
+            await made.create(client, "markdown", markdown.replace(UI_PREFIX, _ui_prefix()),
+                              flow_run_id, key=key, description=description)
         await flowruns.add_tags(client, flow_run_id, list(done.tags))
         level = logging.INFO if state.is_completed() else logging.ERROR
         await flowruns.log(client, flow_run_id, [(level, state.message or ""),

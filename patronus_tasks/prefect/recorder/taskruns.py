@@ -23,10 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
-
-from patronus_tasks.prefect import internal
-from patronus_tasks.prefect.clients import get_client
+from patronus_tasks.prefect import clients, internal
 from patronus_tasks.prefect.events import RUNNING, Call, EventBatch, EventFormat, State
 from patronus_tasks.prefect.recorder.outbox import DEFAULT_LIMITS, EVALUATORS, ROWS, Limits, Outbox
 from patronus_tasks.prefect.recorder.poster import Poster, brief
@@ -155,10 +152,9 @@ class TaskRunRecorder(Outbox):
         try:
             # Its own retries (and waits for Retry-After) only: the client's would hold
             # every post to a server that is down for a minute of back-off.
-            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
-                async with get_client() as client:
-                    internal.watch_responses(client, self.pace.saw)
-                    await Poster(self, client).run()
+            async with clients.without_retries() as client:
+                internal.watch_responses(client, self.pace.saw)
+                await Poster(self, client).run()
         except Exception as exc:  # never silently: count what did not reach the server
             logger.error("recording task runs in Prefect failed: %s", brief(exc))
             self.lost = self.expected - self.recorded

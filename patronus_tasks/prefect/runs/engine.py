@@ -97,7 +97,7 @@ class EngineKeeper:
             log.log(level, "%s", line)
         if verdict.note is not None:  # what `verdict_state` reads, as on the default path
             note_verdict(self.spec.out_dir, verdict.note)
-        self.state = verdict.state
+        self.state = verdict.state.to_prefect()
         return verdict.failures
 
 

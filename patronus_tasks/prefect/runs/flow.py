@@ -8,12 +8,13 @@ from typing import Any, TypeVar
 
 from prefect import flow
 from prefect import tags as prefect_tags
-from prefect.client.orchestration import PrefectClient
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
 from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.clients import get_client
+from patronus_tasks.prefect.internal import ApiClient
+from patronus_tasks.prefect.states import cancelled
 
 T = TypeVar("T")
 FINAL_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
@@ -47,14 +48,12 @@ async def run_as_flow(body: Callable[..., Awaitable[T]], *, flow_name: str, run_
 
 async def mark_cancelled(flow_run_id: str, why: str) -> None:
     """Force a flow run into Cancelled: it was interrupted, and can be resumed."""
-    from prefect.states import Cancelled
-
     async with get_client() as client:
-        await client.set_flow_run_state(flow_run_id, Cancelled(message=f"interrupted: {why}"),
-                                        force=True)
+        await internal.set_state(client, "flow_runs", flow_run_id,
+                                 cancelled(f"interrupted: {why}").body(flow_run_id=flow_run_id))
 
 
-async def count_task_runs(flow_run_id: str, client: PrefectClient | None = None) -> int:
+async def count_task_runs(flow_run_id: str, client: ApiClient | None = None) -> int:
     """How many task runs of this flow run the server has recorded in a final state."""
     body = {
         "flow_runs": {"id": {"any_": [flow_run_id]}},

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import json
 import socket
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from prefect.artifacts import (
-    Artifact,
-    LinkArtifact,
-    MarkdownArtifact,
-    TableArtifact,
-)
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-from prefect.client.schemas.sorting import ArtifactSort
 
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import namespace_of, task_run_id
 from patronus_tasks.prefect.ui import links as _links
+from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.location import Location, link_target
@@ -39,8 +32,7 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summ
 from patronus_tasks.results.usage import shown_usage, usage_rows
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
-    from prefect.client.schemas.objects import Artifact as ArtifactResponse
+    from patronus_tasks.prefect.internal import ApiClient
 
 FAILURES_SHOWN = 10
 
@@ -270,7 +262,7 @@ class Target:
     """Where an experiment's artifacts go: its flow run, through ``client``; ``run_key``
     gives its calls' task-run ids (`events.task_run_id`)."""
 
-    client: PrefectClient
+    client: ApiClient
     flow_run_id: str
     run_key: str
 
@@ -279,14 +271,10 @@ class Target:
         namespace = namespace_of(self.run_key)
         return {name: task_run_id(namespace, name) for name in names}
 
-
-async def create(artifact: Artifact, client: PrefectClient) -> ArtifactResponse:
-    """Create ``artifact`` (its ``flow_run_id`` set): the recorder process makes them for
-    flow runs whose code runs elsewhere, outside any run context of its own, which Prefect
-    warns of (its default is the context's run)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return await artifact.acreate(client)
+    async def create(self, kind: str, data: Any, key: str, description: str) -> str:
+        """An artifact of this flow run (`made.create`)."""
+        return await made.create(self.client, kind, data, self.flow_run_id, key=key,
+                                 description=description)
 
 
 async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
@@ -294,30 +282,25 @@ async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
                   experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = description(title, summary.headline())
-    at = {"flow_run_id": target.flow_run_id}
     # The table as wide as the UI's box: what it cannot hold is in the -report (the count
     # of results, each step's calls, tokens and cost).
     table = fitted(summary_rows(summary), ("results", "tokens in / out", "calls", "cost USD"))
-    await create(TableArtifact(table=table_artifact(table),
-                               key=artifact_key(series, "summary"),
-                               description=figures, **at), target.client)
+    await target.create("table", made.table_data(table_artifact(table)),
+                        artifact_key(series, "summary"), figures)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
-    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "report"),
-                                  description=figures, **at), target.client)
+    await target.create("markdown", markdown, artifact_key(series, "report"), figures)
     url, shown = results_link(location)
-    await create(LinkArtifact(link=url, link_text=label(shown), key=artifact_key(series, "results"),
-                              description=results_description(title, series), **at),
-                 target.client)
+    await target.create("markdown", made.link_data(url, label(shown)),
+                        artifact_key(series, "results"), results_description(title, series))
 
 
 async def publish_comparison(series: str, title: str, markdown: str, headline: str,
                              target: Target) -> None:
     """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
     ``headline`` in its description, the history of the key)."""
-    await create(MarkdownArtifact(markdown=markdown, key=artifact_key(series, "vs-previous"),
-                                  description=description(title, headline),
-                                  flow_run_id=target.flow_run_id), target.client)
+    await target.create("markdown", markdown, artifact_key(series, "vs-previous"),
+                        description(title, headline))
 
 
 #: Runs the ``<series>-history`` table keeps, newest first.
@@ -327,23 +310,29 @@ HISTORY_ROWS = 60
 _HISTORY_BEFORE = frozenset({"regressed", "rows", "task errors", "evaluator errors"})
 
 
-async def publish_history(series: str, row: dict[str, Any], target: Target) -> list[dict[str, Any]]:
-    """``<series>-history``: the last runs of the series, one row each, newest first
-    (returned, as published).
+async def earlier_history(series: str, client: ApiClient) -> list[dict[str, Any]]:
+    """The rows of ``<series>-history`` as the series' previous run left them (ask before
+    publishing this run's)."""
+    found = await internal.latest_artifacts(client, artifact_key(series, "history"), 1)
+    return [{k: v for k, v in r.items() if k not in _HISTORY_BEFORE}
+            for r in (read_table(found[0].get("data")) if found else [])]
+
+
+def history_table(row: dict[str, Any], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history with this run's ``row`` first (at most `HISTORY_ROWS`, newest first), as
+    wide as the UI's box."""
+    rows = [row, *earlier][:HISTORY_ROWS]
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    return fitted([{c: r.get(c, "") for c in columns} for r in rows], ("metrics", "cost USD"))
+
+
+async def publish_history(series: str, table: list[dict[str, Any]], target: Target) -> None:
+    """``<series>-history`` (`history_table`): the last runs of the series, one row each,
+    newest first.
 
     The UI lists an artifact key's versions by id only: this one table is where a
     series' figures read night after night (the previous version's rows, plus this run).
     """
-    key = artifact_key(series, "history")
-    found = await target.client.read_artifacts(
-        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-        sort=ArtifactSort.CREATED_DESC, limit=1)
-    earlier = [{k: v for k, v in r.items() if k not in _HISTORY_BEFORE}
-               for r in (read_table(found[0].data) if found else [])]
-    rows = [row, *earlier][:HISTORY_ROWS]
-    columns = list(dict.fromkeys(c for r in rows for c in r))
-    table = fitted([{c: r.get(c, "") for c in columns} for r in rows], ("metrics", "cost USD"))
-    await create(TableArtifact(table=table_artifact(table), key=key, flow_run_id=target.flow_run_id,
-                               description=description(series, f"the last {len(rows)} runs, newest first")),
-                 target.client)
-    return table
+    await target.create("table", made.table_data(table_artifact(table)),
+                        artifact_key(series, "history"),
+                        description(series, f"the last {len(table)} runs, newest first"))

@@ -18,9 +18,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from prefect.artifacts import LinkArtifact
-
-from patronus_tasks.prefect.ui.artifacts import Target, create, results_link
+from patronus_tasks.prefect.ui import made
+from patronus_tasks.prefect.ui.artifacts import Target, results_link
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.prefect.ui.series import Found, experiment_at, series_link
 from patronus_tasks.report.markdown import label, text
@@ -28,10 +27,10 @@ from patronus_tasks.results.compare import run_label
 from patronus_tasks.results.experiment import Experiment
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
+    from patronus_tasks.prefect.internal import ApiClient
 
 
-async def find(series: str, client: PrefectClient, pinned: str | None = None) -> Found | None:
+async def find(series: str, client: ApiClient, pinned: str | None = None) -> Found | None:
     """The run ``series`` is judged against: ``pinned`` (a run's results link, given in
     code), else its baseline (accepted, or its first run; None: it has no run yet)."""
     if pinned is not None:
@@ -53,16 +52,15 @@ def description(series: str, name: str, how: str) -> str:
     return f"{text(name)}: {how} {when} (series {text(series)})"
 
 
-async def record(series: str, experiment: Experiment, client: PrefectClient,
+async def record(series: str, experiment: Experiment, client: ApiClient,
                  flow_run_id: str | None, how: str = "accepted") -> str:
     """Make ``experiment`` its series' baseline (a new version of ``<series>-baseline`` on
     ``flow_run_id``, the flow run that accepts it or the series' first run); say so."""
     target, _ = results_link(experiment.results_path)
     name = run_label(experiment)
-    await create(LinkArtifact(link=target, link_text=label(name),
-                              key=artifact_key(series, "baseline"),
-                              description=description(series, name, how),
-                              flow_run_id=flow_run_id), client)
+    await made.create(client, "markdown", made.link_data(target, label(name)), flow_run_id,
+                      key=artifact_key(series, "baseline"),
+                      description=description(series, name, how))
     return (f"{series}: the baseline is now {name} (results {experiment.results_path}); the "
             "next runs are judged against it")
 

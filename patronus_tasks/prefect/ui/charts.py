@@ -11,7 +11,6 @@ client add both to any flow run; its state is its own flow's to set).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime as dt
 import logging
@@ -21,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefect.artifacts import MarkdownArtifact
-
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.ui import links as _links
+from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.artifacts import (
     Target,
     artifact_key,
-    create,
     description,
 )
 from patronus_tasks.record.location import Location
@@ -44,7 +42,7 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 from patronus_tasks.results.verdict import calling_tags
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
+    from patronus_tasks.prefect.internal import ApiClient
 
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
@@ -150,67 +148,62 @@ def _level(line: str, note: VerdictNote) -> int:
 
 
 async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
-                            client: PrefectClient) -> None:
+                            client: ApiClient) -> None:
     """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
     and log lines (its Logs tab, where a deployment's run opens: the figures, each
     evaluator against the previous run, the verdict), posted last before that run ends."""
-    from prefect.client.schemas.actions import ArtifactCreate, LogCreate
-
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC).isoformat()
     since = f" since {note.since}, against baseline {note.baseline}" if note.since else ""
     said = [*note.lines, f"verdict: {note.name}{since}" + (f" ({', '.join(note.tags)})" if note.tags else "")]
-    logs = [LogCreate(name="patronus_tasks", level=_level(line, note), message=f"{title}: {line}",
-                      timestamp=now, flow_run_id=parent) for line in said]
+    logs = [{"name": "patronus_tasks", "level": _level(line, note), "message": f"{title}: {line}",
+             "timestamp": now, "flow_run_id": parent, "task_run_id": None} for line in said]
     if markdown is not None:
-        await client.create_artifact(ArtifactCreate(
-            type="markdown", data=markdown, flow_run_id=parent,
-            description=description(title, note.message)))
+        await made.create(client, "markdown", markdown, parent,
+                          description=description(title, note.message))
     await add_tags(client, parent, calling_tags(note))
-    await client.create_logs(logs)
+    await internal.post_logs(client, logs)
 
 
 @dataclass(frozen=True)
 class Drawn:
-    """A run's charts (PNG, by name; None: nothing to draw) and its HTML report's place."""
+    """A run's charts (PNG, by name; None: nothing to draw), its HTML report's place and
+    its ``-charts`` markdown."""
 
     charts: dict[str, bytes | None]
     report: Path | Location | None
+    markdown: str
 
 
 def draw_run(title: str, experiment: Experiment, summary: Summary, comparison: Comparison | str,
-             html_report: bool, note: VerdictNote | None = None) -> Drawn | None:
-    """Each chart drawn once, and the HTML report written (unless ``html_report`` is
-    False; ``note``: the verdict its header states): CPU work, run off the event loop
-    while the artifacts before the charts are posted. None, said in a warning, when it
-    failed: pictures are extras, the run and its results stand."""
+             html_report: bool, history: list[dict[str, Any]],
+             note: VerdictNote | None = None) -> Drawn | None:
+    """Each chart drawn once (the series' ``history`` too), the HTML report written
+    (unless ``html_report`` is False; ``note``: the verdict its header states) and the
+    ``-charts`` markdown made: CPU work, all of it in one thread while the artifacts before
+    the charts are posted (the history's chart, drawn after them, was 0.2 s at the end of
+    every run). None, said in a warning, when it failed: pictures are extras, the run and
+    its results stand."""
     try:
         compared = comparison if isinstance(comparison, Comparison) else None
         df = experiment.to_dataframe(SUMMARY_COLUMNS)
         drawn = {name: _charts.draw(name, summary, df, compared)
                  for name in ("rates", "scores", "comparison")}
-        return Drawn(drawn, report_after_run(experiment, compared, drawn, note) if html_report
-                     else None)
+        report = report_after_run(experiment, compared, drawn, note) if html_report else None
+        return Drawn(drawn, report, charts_markdown(title, experiment, summary, drawn, history,
+                                                    report))
     except Exception as exc:
         logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
         return None
 
 
 async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
-                         history: list[dict[str, Any]], target: Target,
-                         drawing: Awaitable[Drawn | None]) -> str | None:
+                         target: Target, drawing: Awaitable[Drawn | None]) -> str | None:
     """Publish ``<series>-charts`` once ``drawing`` (`draw_run`) is done; return what the
     parent flow run shows of the run (None: the charts could not be drawn)."""
     drawn = await drawing
     if drawn is None:
         return None
-    try:
-        charts_md = await asyncio.to_thread(charts_markdown, title, experiment, summary,
-                                            drawn.charts, history, drawn.report)
-    except Exception as exc:  # the history's chart
-        logger.warning("could not draw the charts of %s: %s: %s", title, type(exc).__name__, exc)
-        return None
-    await create(MarkdownArtifact(markdown=charts_md, key=artifact_key(series, "charts"),
-                                  description=description(title, summary.headline()),
-                                  flow_run_id=target.flow_run_id), target.client)
+    await target.create("markdown", drawn.markdown, artifact_key(series, "charts"),
+                        description(title, summary.headline()))
     return parent_markdown(title, experiment, summary, drawn.charts["rates"], drawn.report,
                            target.flow_run_id)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from urllib.parse import urlencode, urlparse
 
 from patronus_tasks.define.names import run_tag
+from patronus_tasks.prefect.clients import ui_url
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.invocation import call_name
@@ -23,9 +24,7 @@ from patronus_tasks.run.invocation import call_name
 def ui_prefix() -> str:
     """The UI's path on its host: empty for a self-hosted server, Prefect Cloud's account
     and workspace otherwise."""
-    from prefect.settings import PREFECT_UI_URL
-
-    return urlparse(PREFECT_UI_URL.value() or "").path.rstrip("/")
+    return urlparse(ui_url() or "").path.rstrip("/")
 
 
 def flow_run(flow_run_id: str) -> str:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from prefect.states import Completed, Failed, State
+from typing import TYPE_CHECKING, Any
 
 from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
+from patronus_tasks.prefect.states import RunState, completed, failed
 from patronus_tasks.prefect.ui import artifacts as _artifacts
 from patronus_tasks.prefect.ui import baselines as _baselines
 from patronus_tasks.prefect.ui import series as _series
@@ -37,7 +36,7 @@ class Verdict:
     that failed (those checked here, ``fail_on_regression``, included) and the verdict
     against the previous run (`results.verdict`), which the experiment's process keeps."""
 
-    state: State
+    state: RunState
     lines: list[tuple[int, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     note: VerdictNote | None = None
@@ -72,19 +71,21 @@ async def publish(p: Publishing, closing: Closing) -> Verdict:
     its parent (tags, figures)."""
     run = await _against_previous(p, closing)
     note = judge(run.summary, run.seen.comparison, run.rule, closing.gate_failures, run.seen.baseline)
+    history = _artifacts.history_table(_series.history_row(run.experiment, run.summary, note),
+                                       run.earlier)
     # Drawn while the artifacts before them are posted: matplotlib's ~1 s (more on a
     # loaded machine) was the end of every small run, after all of them.
     drawing = asyncio.ensure_future(asyncio.to_thread(
-        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report, note))
+        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report,
+        history, note))
     await _artifacts.publish(p.series, p.title, run.summary, run.df, run.experiment.results_path,
                              p.target, run.experiment)
     await _artifacts.publish_comparison(p.series, p.title, run.seen.markdown, run.seen.headline,
                                         p.target)
     await _baselines.record_first(p.series, run.found, run.experiment, p.target)
-    history = await _artifacts.publish_history(
-        p.series, _series.history_row(run.experiment, run.summary, note), p.target)
-    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, history,
-                                     p.target, drawing)
+    await _artifacts.publish_history(p.series, history, p.target)
+    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, p.target,
+                                     drawing)
     await add_tags(p.target.client, p.target.flow_run_id, note.tags)
     if p.parent is not None:
         await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
@@ -101,23 +102,26 @@ class _Run:
     rule: Rule
     seen: _series.InSeries
     found: _series.Found | None
+    earlier: list[dict[str, Any]]  # the series' history as its previous run left it
 
 
 async def _against_previous(p: Publishing, closing: Closing) -> _Run:
     """The results read and compared in threads: the server is asked for the previous run
-    and the baseline meanwhile, and the recorder's poster, on this loop, is not held up."""
+    and the baseline and the series' history meanwhile, and the recorder's poster, on this
+    loop, is not held up."""
     asking = asyncio.gather(_series.previous_run(p.series, p.target.client),
-                            _baselines.find(p.series, p.target.client, p.baseline))
+                            _baselines.find(p.series, p.target.client, p.baseline),
+                            _artifacts.earlier_history(p.series, p.target.client))
     try:
         experiment, df, summary = await asyncio.to_thread(_read, p.out_dir)
     except BaseException:
         asking.cancel()
         raise
-    previous, found = await asking
+    previous, found, earlier = await asking
     rule = closing.rule or rule_of(None, closing.fail_on_regression)
     seen = await asyncio.to_thread(_series.in_series, p.title, previous, experiment, summary,
                                    p.target.ids, rule, found)
-    return _Run(experiment, df, summary, rule, seen, found)
+    return _Run(experiment, df, summary, rule, seen, found, earlier)
 
 
 def _read(out_dir: Location) -> tuple[Experiment, pd.DataFrame, Summary]:
@@ -137,6 +141,6 @@ def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
     # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
     # its deployment's page. The verdict leads the message and is in the tags.
     if not note.failures:
-        return Verdict(Completed(message=message), lines, note=note)
+        return Verdict(completed(message), lines, note=note)
     lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
-    return Verdict(Failed(message=message), lines, note.failures, note)
+    return Verdict(failed(message), lines, note.failures, note)

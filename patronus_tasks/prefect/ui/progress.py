@@ -7,19 +7,14 @@ first task runs.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
-from prefect.artifacts import ProgressArtifact as _Progress
-from prefect.artifacts import aupdate_progress_artifact
-
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.prefect.ui.made import create
 
 if TYPE_CHECKING:
-    from uuid import UUID
-
-    from prefect.client.orchestration import PrefectClient
-    from prefect.client.schemas.objects import Artifact as ArtifactResponse
+    from patronus_tasks.prefect.internal import ApiClient
 
 
 class ProgressArtifact:
@@ -28,23 +23,16 @@ class ProgressArtifact:
     def __init__(self, series: str, total: int, flow_run_id: str) -> None:
         self.key, self.flow_run_id = artifact_key(series, "progress"), flow_run_id
         self._total = max(total, 1)
-        self._id: UUID | None = None
+        self._id: str | None = None
         self._shown = -1.0
 
-    async def show(self, done: int, client: PrefectClient) -> None:
+    async def show(self, done: int, client: ApiClient) -> None:
         """Show ``done`` rows (made on the first call; unchanged figures are not sent)."""
-        percent = round(100.0 * done / self._total, 2)
+        percent = min(100.0, max(0.0, round(100.0 * done / self._total, 2)))
         if self._id is None:
-            made = await _create(_Progress(progress=percent, key=self.key,
-                                           flow_run_id=self.flow_run_id,
-                                           description="rows completed (%)"), client)
-            self._id, self._shown = made.id, percent
+            made = await create(client, "progress", percent, self.flow_run_id, key=self.key,
+                                description="rows completed (%)")
+            self._id, self._shown = made, percent
         elif percent != self._shown:
-            await aupdate_progress_artifact(self._id, percent, client=client)
+            await internal.update_artifact(client, self._id, {"data": percent})
             self._shown = percent
-
-
-async def _create(artifact: _Progress, client: PrefectClient) -> ArtifactResponse:
-    with warnings.catch_warnings():  # made outside a run context, for its flow run
-        warnings.simplefilter("ignore", FutureWarning)
-        return await artifact.acreate(client)

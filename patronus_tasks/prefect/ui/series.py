@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-from prefect.client.schemas.sorting import ArtifactSort
-
+from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.keys import artifact_key
 from patronus_tasks.record.manifest import VerdictNote
@@ -28,8 +26,7 @@ from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.verdict import ALPHA, Baseline, NotCompared, Rule, said
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import PrefectClient
-    from prefect.client.schemas.objects import Artifact as ArtifactResponse
+    from patronus_tasks.prefect.internal import ApiClient
 
 logger = logging.getLogger("patronus_tasks")
 ROWS_SHOWN = 20
@@ -58,22 +55,21 @@ class Found(PreviousRun):
 LINKS_READ = 20
 
 
-def _of_series(artifact: ArtifactResponse, series: str) -> bool:
-    said = re.search(r"\(series (.*)\)$", artifact.description or "")
+def _of_series(artifact: dict[str, Any], series: str) -> bool:
+    said = re.search(r"\(series (.*)\)$", artifact.get("description") or "")
     # A link from before says no series, or says it unescaped.
     return said is None or said.group(1) in (text(series), series)
 
 
-async def series_link(series: str, kind: str, client: PrefectClient,
+async def series_link(series: str, kind: str, client: ApiClient,
                       oldest: bool = False) -> tuple[PreviousRun, str] | None:
     """The latest (or ``oldest``: every version read, newest first, a page at a time) of
     the series' ``kind`` link artifact: where it points and its flow run, its description."""
-    key = ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(series, kind)]))
-    mine: list[ArtifactResponse] = []
+    key = artifact_key(series, kind)
+    mine: list[dict[str, Any]] = []
     size, read = (200 if oldest else LINKS_READ), 0  # Prefect sorts them newest first only
     while True:
-        found = await client.read_artifacts(artifact_filter=key, sort=ArtifactSort.CREATED_DESC,
-                                            limit=size, offset=read)
+        found = await internal.latest_artifacts(client, key, size, offset=read)
         mine, read = mine + [a for a in found if _of_series(a, series)], read + len(found)
         if not oldest or len(found) < size:
             break
@@ -81,13 +77,14 @@ async def series_link(series: str, kind: str, client: PrefectClient,
         return None
     chosen = mine[-1] if oldest else mine[0]
     # The target after the last "](": the link's text may hold one.
-    written = re.search(r".*\]\((.*)\)$", str(chosen.data or ""))
-    target = written.group(1) if written else str(chosen.data)
-    run = str(chosen.flow_run_id) if chosen.flow_run_id else None
-    return PreviousRun(target, run), chosen.description or ''
+    data, flow_run_id = chosen.get("data"), chosen.get("flow_run_id")
+    written = re.search(r".*\]\((.*)\)$", str(data or ""))
+    target = written.group(1) if written else str(data)
+    run = str(flow_run_id) if flow_run_id else None
+    return PreviousRun(target, run), str(chosen.get("description") or "")
 
 
-async def previous_run(series: str, client: PrefectClient) -> PreviousRun | None:
+async def previous_run(series: str, client: ApiClient) -> PreviousRun | None:
     """The latest results link of ``series`` (ask before publishing this run's)."""
     found = await series_link(series, "results", client)
     return found[0] if found is not None else None
