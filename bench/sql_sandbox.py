@@ -227,8 +227,11 @@ class _Sampler:
 
 
 def _children() -> list[int]:
-    return [int(pid) for task in Path(f"/proc/{os.getpid()}/task").iterdir()
-            for pid in (task / "children").read_text().split()]
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that just ended
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+    return pids
 
 
 def _rss(pid: int) -> int:
@@ -250,9 +253,9 @@ def _settled() -> float:
     return time.perf_counter() - start
 
 
-def hostile() -> None:
+def hostile(only: str) -> None:
     for engine in ("sqlite", "duckdb"):
-        if engine == "duckdb" and importlib.util.find_spec("duckdb") is None:
+        if only not in engine or (engine == "duckdb" and importlib.util.find_spec("duckdb") is None):
             continue
         subprocess.run([sys.executable, __file__, "--child", engine], check=False)
 
@@ -272,7 +275,7 @@ def main() -> None:
     if args.part in ("cost", "both"):
         cost(args.rounds, args.only)
     if args.part in ("hostile", "both"):
-        hostile()
+        hostile(args.only)
 
 
 if __name__ == "__main__":

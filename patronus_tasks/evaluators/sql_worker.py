@@ -4,8 +4,9 @@ space capped at ``PATRONUS_TASKS_SQL_WORKER_MEMORY`` (2 GiB). A query goes to an
 worker (a new one is started while fewer are running, else it waits for one, within its
 timeout); at the timeout the worker is interrupted (SIGUSR1) and, if it has not answered
 within `GRACE`, killed (SIGKILL): the next query starts a fresh one. A worker that dies
-(past its memory) is that row's fail; the others go on. Measured: the hand-over costs
-~60 µs a query against an in-process cursor's ~1.8 ms, a worker ~0.3 s to start.
+(past its memory) is that row's fail; the others go on. Measured (2 cores under load):
+the hand-over through the pipes costs ~0.15 ms a query (`SELECT 1`: 0.33 ms against 0.18
+in-process), a worker ~0.3 s to start.
 """
 
 from __future__ import annotations
