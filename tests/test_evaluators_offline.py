@@ -559,6 +559,35 @@ def test_duckdb_stops_a_runaway_query_at_its_timeout() -> None:
     assert not result.pass_ and "ran past its 3 s (timeout=)" in result.explanation
 
 
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("PATRONUS_TASKS_SQL_WORKER_MEMORY", "lots", "give a size of at least 1.5GiB"),
+    ("PATRONUS_TASKS_SQL_WORKER_MEMORY", "512MiB", "give a size of at least 1.5GiB"),
+    ("PATRONUS_TASKS_SQL_WORKERS", "0", "give a whole number of at least 1")])
+def test_duckdb_workers_settings_are_checked_at_construction(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                             value: str, said: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"{name}={value!r}: {said}"):
+        sql_result_match("CREATE TABLE t (x INT);", engine="duckdb")
+    assert sql_result_match("CREATE TABLE t (x INT);")  # SQLite has no workers
+
+
+def test_duckdb_runs_at_most_its_workers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PATRONUS_TASKS_SQL_WORKERS bounds the worker processes of a database and process;
+    a query waits for a free one (within its timeout)."""
+    pytest.importorskip("duckdb")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from patronus_tasks.evaluators.sql import Database, run_query
+
+    monkeypatch.setenv("PATRONUS_TASKS_SQL_WORKERS", "2")
+    db = Database("CREATE TABLE t (x INT);", "duckdb")
+    with ThreadPoolExecutor(6) as pool:
+        counts = list(pool.map(lambda _: run_query(db, "SELECT count(*) FROM range(3000000)", 30), range(6)))
+    workers = db.local().workers
+    assert counts == [[(3000000,)]] * 6 and workers is not None
+    assert workers.running == len(workers.idle) == 2
+
+
 def test_sql_from_a_chat_models_answer_fences_comments_and_plain_errors() -> None:
     """Chat models wrap SQL in ```sql fences and comment it: the query is what is judged;
     sqlglot's terminal underlining stays out of the explanation."""

@@ -190,6 +190,68 @@ def test_a_factorys_sqlite_or_duckdb_connection_gets_its_engines_sandbox(user: U
     assert not result.pass_ and "file system operations are disabled" in result.explanation
 
 
+_HUGE = """
+import json, os, resource, sys, time
+from patronus_tasks.evaluators.sql import Database, run_query
+db = Database("CREATE TABLE t (x INT);", "duckdb")
+run_query(db, "SELECT 1")  # the worker started
+start = time.perf_counter()
+try:
+    said = repr(run_query(db, "SELECT repeat('x', 2000000000)", timeout=2))
+except Exception as exc:
+    said = f"{type(exc).__name__}: {exc}"
+took = time.perf_counter() - start
+assert run_query(db, "SELECT 42") == [(42,)]
+cpu = time.process_time()
+time.sleep(0.5)  # a call still running here would go on allocating
+busy = time.process_time() - cpu
+workers = getattr(getattr(db, "local", lambda: None)(), "workers", None)
+if workers is not None:
+    workers.close()  # reaped: their peak is in RUSAGE_CHILDREN
+peak = [resource.getrusage(w).ru_maxrss << 10 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(json.dumps([said, took, busy, *peak]), flush=True)
+os._exit(0)  # not waiting for a thread still inside DuckDB
+"""
+
+
+def test_a_huge_duckdb_value_fails_within_the_workers_memory() -> None:
+    """Issue 48.1: DuckDB built repeat('x', 2000000000) outside its memory_limit: ~4 GB
+    and ~9-25 s inside one call, in the experiment's process. In a worker capped at
+    2 GiB of address space it is the row's fail, and nothing grows past the cap."""
+    pytest.importorskip("duckdb")
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _HUGE], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("PATRONUS_TASKS_SQL")})
+    said, took, busy, own, workers = json.loads(out.stdout.splitlines()[-1])
+    assert said.startswith("ResultTooLarge: past its worker's memory limit, 2 GiB "
+                           "(PATRONUS_TASKS_SQL_WORKER_MEMORY)") or "ran past its 2 s" in said, said
+    assert took < 3 and busy < 0.1, (took, busy)
+    assert own < 300 << 20, own  # the value never reaches this process (~170 MB: DuckDB loaded)
+    assert workers < 2 << 30, workers
+
+
+def test_a_duckdb_query_past_its_timeout_inside_one_call_is_killed() -> None:
+    """list_sort over 30 million values runs ~10 s inside one call no interrupt reaches:
+    the row fails at its timeout, its worker is killed (no CPU spent on it after), and
+    the next query gets a fresh worker."""
+    pytest.importorskip("duckdb")
+    import time
+
+    check = sql_result_match("CREATE TABLE t (x INT);", engine="duckdb", timeout=0.5)
+    assert run(check, "SELECT 42", "SELECT 42").pass_  # its worker started
+    result = run(check, "SELECT length(list_sort(range(30000000))::VARCHAR)", "SELECT 1")
+    assert not result.pass_
+    killed = "ran past its 0.5 s (timeout=), its worker process killed"
+    assert killed in result.explanation, result.explanation
+    cpu = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - cpu < 0.1  # nothing of the query left running here
+    assert run(check, "SELECT 42", "SELECT 42").pass_
+
+
 # (end of the SQL sandbox section)
 
 

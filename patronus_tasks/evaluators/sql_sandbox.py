@@ -7,13 +7,15 @@ text-to-SQL flow uses): the model's SQL is untrusted input. Nothing here trusts 
   write to data or schema, transactions); a value longer than ``max_bytes`` fails at once
   (SQLITE_LIMIT_LENGTH); SQLite's heap in this process is capped (``hard_heap_limit``,
   unless one is set) and its temporary store is that heap, not files.
-- DuckDB: a private copy (made once per process, again when the file changes), opened
-  read-only with external access off (no files, network or extensions), Python variables
-  invisible, one thread, a memory limit, nothing spilled to disk, the configuration
-  locked; one SELECT statement.
-- Every engine: exactly one statement; the timeout enforced from outside (the query runs
-  on a thread of its own, interrupted at the timeout); rows read one at a time (SQLite)
-  or in small batches, within ``max_rows`` and ``max_bytes`` (`sql_bounds`).
+- DuckDB: a private copy (made once per process, again when the file changes), queried
+  in worker processes (`sql_worker`, `sql_child`) whose address space is capped, which
+  open it read-only with external access off (no files, network or extensions), Python
+  variables invisible, one thread, a memory limit, nothing spilled to disk, the
+  configuration locked; one SELECT statement; at the timeout the worker is interrupted,
+  then killed.
+- Every engine: exactly one statement; the timeout enforced from outside (SQLite's query
+  runs on a thread of its own, interrupted at the timeout); rows read one at a time
+  (SQLite) or in small batches, within ``max_rows`` and ``max_bytes`` (`sql_bounds`).
 - A connection factory's connection: a sqlite3 or duckdb one gets its engine's sandbox
   on top of what the factory opened; any other driver only the statement count, the
   timeout (its ``interrupt()`` or ``cancel()``) and the caps.
@@ -47,11 +49,12 @@ from patronus_tasks.evaluators.sql_bounds import (
     collect,
     within,
 )
+from patronus_tasks.evaluators.sql_child import duckdb_cursor, duckdb_module
+from patronus_tasks.evaluators.sql_worker import Workers, settings
 from patronus_tasks.exceptions import ConfigError
 
 Connect = Callable[[], Any]  # a DB-API connection, fresh each call
 SQLITE_HEAP = 1 << 30  # process-wide: bounds the SQLite side of 16 hostile queries together
-DUCKDB_MEMORY = "1GB"  # per database and process, shared by its queries in flight
 _LENGTH_FLOOR = 1 << 20  # SQLite's length limit also bounds a sorter's records: never below 1 MiB
 _IDLE_KEPT = 16  # connections kept open per database and process (each: a page cache of <= 2 MB)
 
@@ -63,6 +66,8 @@ class Database:
     def __init__(self, source: Any, engine: str | None) -> None:
         self.source, self.engine = source, engine
         self.kind, self.script = self._kind(source, engine)
+        if self.engine == "duckdb" and self.kind != "factory":
+            settings()  # a wrong PATRONUS_TASKS_SQL_WORKER* is a ConfigError now, not at a row
         self.described = (getattr(source, "__name__", "a connection factory") if callable(source)
                           else f"{self.engine} {self.kind} {cut(str(source), 60)!r}")
         self._local: _Local | None = None
@@ -110,19 +115,21 @@ class Database:
                 conn.close()
                 raise
             return conn, refused, lambda _again: conn.close()
+        return self.local().take(limits)
+
+    def local(self) -> _Local:
+        """This process's side of the database (made again when its file changed)."""
         with _LOCAL:
             local = self._local
             if local is not None and local.pid != os.getpid():
                 _INHERITED.append(local)  # a forked child's: closing the parent's DuckDB here crashes
             if local is None or local.pid != os.getpid() or local.stamp != _stamp(self):
                 self._local = local = _Local(self)  # an older one goes once no query uses it
-        return local.take(limits)
+        return local
 
 
 _LOCAL = threading.Lock()
-_INHERITED: list[Any] = []  # never closed here: the parent's (a DuckDB instance crashes a child
-# that closes it; one that exits by sys.exit with any DuckDB connection of its parent open
-# crashes too, as with DuckDB alone: multiprocessing's children leave by os._exit)
+_INHERITED: list[Any] = []  # never closed here: the parent's connections and workers
 
 
 def _after_fork() -> None:
@@ -149,20 +156,23 @@ def _stamp(db: Database) -> tuple[int, ...] | None:
 class _Local:
     """This process's side of a database: a private copy where one is needed (a schema
     script run once; a DuckDB file copied once, again when it changes: the landed code
-    copied it for every query), and connections kept open between queries. Nothing a
-    query runs can change one (no write, ATTACH, PRAGMA, SET or TEMP object gets through),
-    and opening one costs about as much as an ordinary query (the file, its schema).
-    Removed, folder and connections, once no query uses it."""
+    copied it for every query), and connections (SQLite) or worker processes (DuckDB)
+    kept between queries. Nothing a query runs can change one (no write, ATTACH, PRAGMA,
+    SET or TEMP object gets through), and opening one costs about as much as an ordinary
+    query (the file, its schema). Removed, folder, connections and workers, once no query
+    uses it."""
 
     def __init__(self, db: Database) -> None:
         self.pid, self.stamp, self.lock, self.engine = os.getpid(), _stamp(db), threading.Lock(), db.engine
         self._idle: list[tuple[Any, list[str]]] = []
-        self._keeper: list[Any] = []  # the DuckDB connection whose cursors run the queries
+        self.workers: Workers | None = None
+        self._kept: list[Workers] = []
         own_file = db.kind == "file" and db.engine == "sqlite"
         folder = None if own_file else tempfile.mkdtemp(prefix="patronus-sql-")
-        weakref.finalize(self, _remove, self.pid, folder, self._keeper, self._idle)
+        weakref.finalize(self, _remove, self.pid, folder, self._idle, self._kept)
         if db.engine == "duckdb":
-            self._duckdb(db, Path(folder or "") / "copy.duckdb")
+            self.workers = Workers(_duckdb_copy(db, Path(folder or "") / "copy.duckdb"), settings())
+            self._kept.append(self.workers)
         elif folder is None:  # the user's own file, read-only: no copy needed, nothing can write
             self.uri = f"file:{quote(str(Path(db.source).resolve()))}?mode=ro"
         else:
@@ -171,30 +181,14 @@ class _Local:
             conn.close()
             self.uri = f"file:{quote(str(Path(folder) / 'copy.sqlite'))}?mode=ro&immutable=1"
 
-    def _duckdb(self, db: Database, path: Path) -> None:
-        duckdb = _duckdb_module()
-        if db.kind == "script":
-            conn = duckdb.connect(str(path))
-            try:
-                conn.execute(db.script or "")
-            finally:
-                conn.close()
-        else:
-            shutil.copyfile(db.source, path)
-            if os.path.exists(f"{db.source}.wal"):
-                shutil.copyfile(f"{db.source}.wal", f"{path}.wal")
-        self._keeper.append(duckdb.connect(str(path), read_only=True, config=_DUCKDB_CONFIG))
-
     def take(self, limits: Limits) -> tuple[Any, list[str], Callable[[bool], None]]:
         with self.lock:
             conn, refused = self._idle.pop() if self._idle else (None, [])
-            if conn is None and self.engine == "duckdb":  # cursor(): not from two threads at once
-                conn = self._keeper[0].cursor()
         if conn is None:
             conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
             _sandbox_sqlite(conn, refused)
-        if self.engine == "sqlite":  # zeroblob(900000000) fails at once, not 40 s and 7.8 GB
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.max_bytes, _LENGTH_FLOOR))
+        # zeroblob(900000000) fails at once, not 40 s and 7.8 GB
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.max_bytes, _LENGTH_FLOOR))
         refused.clear()
         return conn, refused, partial(self._release, conn, refused)
 
@@ -206,33 +200,31 @@ class _Local:
         conn.close()
 
 
-def _remove(pid: int, folder: str | None, keeper: list[Any], idle: list[tuple[Any, list[str]]]) -> None:
+def _duckdb_copy(db: Database, path: Path) -> str:
+    """The private copy the workers open read-only (this process keeps no DuckDB open:
+    a forked child that closed its parent's instance crashed)."""
+    if db.kind == "script":
+        conn = duckdb_module().connect(str(path))
+        try:
+            conn.execute(db.script or "")
+        finally:
+            conn.close()
+    else:
+        shutil.copyfile(db.source, path)
+        if os.path.exists(f"{db.source}.wal"):
+            shutil.copyfile(f"{db.source}.wal", f"{path}.wal")
+    return str(path)
+
+
+def _remove(pid: int, folder: str | None, idle: list[tuple[Any, list[str]]], kept: list[Workers]) -> None:
     if pid != os.getpid():  # at a forked child's exit: the parent's, not to touch
         return
-    for conn in [c for c, _ in idle] + keeper:
+    for conn, _ in idle:
         conn.close()
+    for workers in kept:
+        workers.close()
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-_DUCKDB_CONFIG = {
-    "enable_external_access": False,  # no files (read_text, COPY, ATTACH), network, extensions
-    "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "python_enable_replacements": False,  # `FROM name` would read a DataFrame of this process
-    "temp_directory": "",  # past the memory limit a fail, not gigabytes spilled to disk
-    "threads": 1, "memory_limit": DUCKDB_MEMORY,
-    "lock_configuration": True,  # no SET undoes the above
-}
-
-
-def _duckdb_module() -> Any:
-    try:
-        import duckdb
-    except ImportError:
-        raise ConfigError("sql_result_match: a DuckDB database needs the duckdb package "
-                          "(pip install duckdb).") from None
-    return duckdb
 
 
 def _is_duckdb(conn: Any) -> bool:
@@ -300,6 +292,10 @@ def execute(db: Database, query: str, limits: Limits,
     """The rows ``query`` returns and their size in bytes; `QueryRefused`, `ResultTooLarge`,
     `TimeoutError` or the database's own error otherwise. ``dialect``: how to count the
     statements of a query for a connection factory's driver (sqlglot's name)."""
+    if db.engine == "duckdb" and db.kind != "factory":  # in a worker process, capped there
+        workers = db.local().workers
+        assert workers is not None
+        return workers.run(query, limits)
     seen: list[list[str]] = []  # what SQLite's authorizer refused
     try:
         rows: tuple[list[tuple[Any, ...]], int] = within(
@@ -334,13 +330,7 @@ def _execute(conn: Any, query: str, dialect: str | None) -> Any:
     if isinstance(conn, sqlite3.Connection):
         return conn.execute(query)  # sqlite3 refuses a second statement before running the first
     if _is_duckdb(conn):
-        duckdb = _duckdb_module()
-        statements = duckdb.extract_statements(query)
-        _one(len(statements))
-        if statements[0].type != duckdb.StatementType.SELECT:
-            raise QueryRefused(f"a {statements[0].type.name} statement: the sandbox runs a query "
-                               "(SELECT, WITH, VALUES, FROM) and nothing else")
-        return conn.execute(statements[0])
+        return duckdb_cursor(conn, query)
     import sqlglot
     from sqlglot.tokens import TokenType
 
