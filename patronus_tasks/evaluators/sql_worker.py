@@ -37,7 +37,7 @@ GRACE = 0.25  # seconds an interrupted query has to answer before its worker is 
 _START_WAIT = 60.0  # a worker that is not ready by then (a machine swapping) failed to start
 _FLOOR = 3 << 29  # 1.5 GiB: DuckDB alone reserves ~0.7 GB of address space once connected
 _OVERHEAD = 1 << 30  # what a worker needs outside DuckDB's memory_limit: its code, Python, reservations
-_ENV = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "SYSTEMROOT")  # no key reaches a worker
+_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "SYSTEMROOT")  # no key reaches a worker
 
 
 @dataclass(frozen=True)
