@@ -189,12 +189,13 @@ _ANSWERED: dict[str, float] = {}
 _ANSWERED_WITHIN = 1.0
 
 
-async def answers(client: ApiClient) -> bool:
-    """Whether the server answers: it did within `_ANSWERED_WITHIN`, or it answers
-    ``GET /health`` now (asked once)."""
+async def answers(client: ApiClient, fresh: bool = False) -> bool:
+    """Whether the server answers: it did within `_ANSWERED_WITHIN` (unless ``fresh``), or
+    it answers ``GET /health`` now (asked once)."""
     import httpx
 
-    if time.monotonic() - _ANSWERED.get(str(client._client.base_url), -1e9) < _ANSWERED_WITHIN:
+    since = time.monotonic() - _ANSWERED.get(str(client._client.base_url), -1e9)
+    if not fresh and since < _ANSWERED_WITHIN:
         return True
     try:
         return (await _send_once(client, "GET", "/health")).status_code == 200
