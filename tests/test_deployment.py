@@ -202,6 +202,32 @@ def test_a_review_suspends_the_run_and_takes_its_experiment_up_again(stack: Stac
     assert len(labels.read_text().splitlines()) == 2  # the calibration set grew
 
 
+def test_a_suspended_review_nobody_answers_goes_on_at_its_deadline(stack: Stack, tmp_path: Path) -> None:
+    """Nobody answers a suspended review: at its deadline the bundled review-timeout run
+    resumes it with no answer, and the run goes on and completes (Prefect's own deadline,
+    later, would have failed it)."""
+    results = tmp_path / "results"
+    dataset = tmp_path / "rag.jsonl"
+    dataset.write_text("".join((ROOT / "datasets" / "rag_qa.jsonl").read_text().splitlines(True)[:3]))
+    with _client_of(stack):
+        flow_run = run_deployment(
+            "rag-eval/rag-nightly", timeout=0, parameters={
+                "dataset": str(dataset), "results_dir": str(results), "experiment_name": "unanswered",
+                "judges": False, "review": 2, "review_evaluator": "answers", "review_timeout": 4,
+                "labels": str(tmp_path / "labels.jsonl")})
+        deadline = time.monotonic() + 240
+        while not (run := _state_of(flow_run.id)).state.is_final():
+            assert time.monotonic() < deadline, run.state
+            time.sleep(1)
+        with get_client(sync_client=True) as client:
+            states = [s.name for s in client.read_flow_run_states(flow_run.id)]
+    assert run.state.is_completed(), run.state
+    assert "Suspended" in states and "Resuming" in states, states
+    assert "Review: 0 of 2 reviewed; page 1 of 1: nobody answered within 4 s" in (run.state.message or ""), \
+        run.state.message
+    assert [p.name for p in (results / "rag-qa").iterdir() if p.is_dir()] == ["unanswered"]
+
+
 def test_up_again_starts_a_dead_worker_and_leaves_a_running_stack_be(stack: Stack) -> None:
     """`server up` where the stack runs says so; where its worker died (killed, OOM), it
     starts the worker again where it ran, and `down` stops that one."""

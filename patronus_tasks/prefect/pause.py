@@ -4,9 +4,11 @@ deployment, suspended: its process ends and the worker is free until someone ans
 A pause here waits ``timeout`` seconds, then resumes the run itself with no answer: the
 flow goes on (Prefect's own pause fails the run once its deadline passes: its pause
 expiration service, then any transition out of it, refuse). So Prefect is told a later
-deadline (`MARGIN` more) than the one kept here. A suspended run ends its process; once
-resumed, it runs again from the start, and the same pause (same key) then reads the
-answer given instead of asking again (Prefect refuses a key that has fired).
+deadline (`MARGIN` more) than the one kept here. A suspended run ends its process, so it
+cannot resume itself: a run of the bundled `WAKE_DEPLOYMENT`, scheduled at the deadline,
+resumes it if the page is still unanswered. Once resumed, it runs again from the start,
+and the same pause (same key) then reads the answer given, or finds none, instead of
+asking again (Prefect refuses a key that has fired).
 
 The answer is validated by the form's model (Prefect's resume call checks it against the
 form's schema first: a label off the scale is refused there).
@@ -37,6 +39,9 @@ MARGIN = 120
 EXPERIMENT_KEY = "patronus-review-experiment"
 #: Seconds between two looks at whether the run was resumed.
 POLL_SECONDS = 2.0
+#: The bundled deployment (prefect.yaml, flows/review_timeout.py) that goes on with a
+#: suspended review nobody answered by its deadline.
+WAKE_DEPLOYMENT = "review-timeout/review-timeout"
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,69 @@ def ask(fields: dict[str, Any], description: str, *, key: str, timeout: int) -> 
 
 
 def _suspend(model: type[Any], key: str, timeout: int) -> Asked:
+    from prefect.client.orchestration import get_client
     from prefect.flow_runs import suspend_flow_run
 
-    # Returns only when this pause fired before and was answered (the run resumed and
-    # running again); else the process ends here, the run Suspended.
-    answered = suspend_flow_run(wait_for_input=model, timeout=timeout, key=key)
+    flow_run_id = current_flow_run().id
+    with get_client(sync_client=True) as client:
+        if key in (client.read_flow_run(flow_run_id).empirical_policy.pause_keys or ()):
+            return _answered_before(client, flow_run_id, model, key, timeout)
+        woken = _wake_at_deadline(client, flow_run_id, key, timeout)
+    # Returns only when this pause fired before (the run resumed and running again); else
+    # the process ends here, the run Suspended. Prefect's deadline comes after the wake's.
+    answered = suspend_flow_run(wait_for_input=model, key=key,
+                                timeout=timeout + MARGIN if woken else timeout)
     return Asked(answered.model_dump(mode="json"))
+
+
+def _answered_before(client: SyncPrefectClient, flow_run_id: UUID, model: type[Any], key: str,
+                     timeout: int) -> Asked:
+    """A page this run asked before it was suspended: its answer, or none (resumed by
+    `wake_unanswered` at the deadline)."""
+    from prefect.input import keyset_from_paused_state
+    from prefect.states import Suspended
+
+    keyset: Any = keyset_from_paused_state(Suspended(pause_key=key))
+    found = _answer(client, flow_run_id, model, keyset["response"])
+    return found if found.answer is not None else Asked(None, f"nobody answered within {timeout} s")
+
+
+def _wake_at_deadline(client: SyncPrefectClient, flow_run_id: UUID, key: str, timeout: int) -> bool:
+    """A run of the bundled `WAKE_DEPLOYMENT` scheduled at the deadline, to resume the
+    run if nobody answered; False (said) where that deployment is not deployed."""
+    import datetime as dt
+
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Scheduled
+
+    try:
+        wake = client.read_deployment_by_name(WAKE_DEPLOYMENT)
+    except ObjectNotFound:
+        logger.warning("review: deploy prefect.yaml's %s too: without it, a page nobody answers "
+                       "within %d s fails this run (Prefect's pause deadline)", WAKE_DEPLOYMENT, timeout)
+        return False
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)
+    client.create_flow_run_from_deployment(
+        wake.id, parameters={"flow_run_id": str(flow_run_id), "pause_key": key, "timeout": timeout},
+        state=Scheduled(scheduled_time=at), tags=["patronus-tasks"])
+    return True
+
+
+def wake_unanswered(flow_run_id: str, pause_key: str, timeout: int) -> str:
+    """Resume the suspended run if it still waits on page ``pause_key`` (as Prefect's
+    resume does, with no answer): it runs again and goes on; say what was done."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(flow_run_id)).state
+        if state is None or not state.is_paused() or state.state_details.pause_key != pause_key:
+            return f"review page {pause_key} of {flow_run_id}: answered (or the run ended) in time"
+        client.set_flow_run_state(UUID(flow_run_id), Scheduled(
+            name="Resuming", message=f"review: nobody answered within {timeout} s; the flow goes on"))
+    return f"review page {pause_key} of {flow_run_id}: nobody answered within {timeout} s, resumed"
 
 
 def _pause(flow_run_id: UUID, model: type[Any], key: str, timeout: int, poll: float) -> Asked:

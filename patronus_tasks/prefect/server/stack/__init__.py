@@ -32,7 +32,7 @@ from patronus_tasks.prefect.settings import SERVER_NICE
 from patronus_tasks.record.location import redact
 
 from . import auth, broker, database, servers
-from .processes import Proc, Stopped, alive, answers, children, port_taken, stop
+from .processes import Proc, Stopped, alive, answers, children, lower, port_taken, stop
 from .servers import POOL
 
 __all__ = ["LOCAL", "POOL", "SERVER_NICE", "ProcStatus", "Stack", "Topology", "alive", "down",
@@ -199,16 +199,18 @@ def _check_pieces(topology: Topology) -> None:
 def _start(stack: Stack, project: Path, where: tuple[str, int], secret: str,
            topology: Topology, deploy: bool, worker: bool, timeout: float, nice: int) -> None:
     home = Path(stack.home)
-    db_url = _store(stack, "postgres", topology.postgres, database.start_local, nice)
-    redis_url = _store(stack, "redis", topology.redis, broker.start_local, nice)
+    # Started at this process's priority, lowered by ``nice`` once up (`processes.lower`).
+    db_url = _store(stack, "postgres", topology.postgres, database.start_local, 0)
+    redis_url = _store(stack, "redis", topology.redis, broker.start_local, 0)
     env = servers.server_env(home, db_url, redis_url, servers.asking(secret, *where))
     api = stack.add(servers.start_api(home, env, *where, topology.api_processes,
-                                      bool(redis_url), nice))
+                                      bool(redis_url), 0))
     if redis_url:  # the API processes start meanwhile: they touch no table until asked
         servers.prepare(env, home)
-        for proc in servers.start_services(home, env, nice):
+        for proc in servers.start_services(home, env, 0):
             stack.add(proc)
     servers.wait_healthy(api, timeout)
+    lower(stack.procs, nice)
     auth.require_asking(stack.api_url)
     if deploy or worker:  # neither: the server alone
         servers.pool_and_deployments(home, stack.api_url, secret, project, deploy)

@@ -91,6 +91,25 @@ def _niceness(nice: int) -> Callable[[], None] | None:
     return lower
 
 
+def lower(procs: list[Proc], nice: int) -> None:
+    """Lower these running processes' CPU priority (and their children's) by ``nice``, as
+    `spawn` would have: done once they answer. Started niced, the stack's server was not
+    up within 180 s on a machine with a CPU hog on each core (its start-up's ~5 s of CPU
+    waited behind everything); up, it records below the rows' priority all the same."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    target = min(os.getpriority(os.PRIO_PROCESS, 0) + nice, 19)
+    for proc in procs:
+        if proc.pid is None or proc.external:
+            continue
+        for pid in (proc.pid, *children(proc.pid)):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, target)
+        with contextlib.suppress(OSError):  # its session's group too (see `_niceness`)
+            Path(f"/proc/{proc.pid}/autogroup").write_text(str(nice))
+        proc.nice = nice
+
+
 @dataclass(frozen=True)
 class Stopped:
     """How a process stopped: after how long, and whether it had to be killed."""
