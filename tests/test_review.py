@@ -162,6 +162,32 @@ def test_the_form_holds_each_rows_facts_and_nothing_renders_as_markdown(run: Any
         model(page).model_validate({"reviewer": ""})
 
 
+def _label_each(folder: str, reviewer: str, sids: list[str]) -> None:
+    from patronus_tasks.record.location import Location
+
+    for sid in sids:  # one write per label: each reads, adds to and replaces the file
+        add_labels(Location.of(folder), [Label(sid, "correct", "pass", reviewer)])
+
+
+def test_two_reviewers_writing_at_once_lose_no_label(tmp_path: Path) -> None:
+    # A terminal's review beside a flow's, on one experiment: without a lock, each read
+    # the file, added its label and replaced it, and one of two concurrent writes was lost.
+    import multiprocessing
+
+    from patronus_tasks.record.labels import read_labels
+    from patronus_tasks.record.location import Location
+
+    sids = [f"s{i:02d}" for i in range(40)]
+    fork = multiprocessing.get_context("fork")
+    writers = [fork.Process(target=_label_each, args=(str(tmp_path), who, sids)) for who in ("Ann", "Bo")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0, 0]
+    kept = read_labels(Location.of(str(tmp_path)))
+    assert sorted(kept.groupby("reviewer").size().items()) == [("Ann", 40), ("Bo", 40)]
+
 def test_labels_are_kept_apart_per_reviewer_and_the_judge_is_held_to_them(run: Any) -> None:
     from patronus_tasks.results.reviewed import of_experiment
 

@@ -10,15 +10,23 @@ new one), so a page of answers is kept as soon as it is given.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import pandas as pd
 import pyarrow as pa
 
 from patronus_tasks.exceptions import ConfigError
 from patronus_tasks.record.location import Location
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # Windows: no lock
+    fcntl = None
 
 LABELS_FILE = "labels.parquet"
 LABELS_SCHEMA = pa.schema([
@@ -75,6 +83,24 @@ def add_labels(experiment_dir: Location, labels: Sequence[Label]) -> pd.DataFram
     their earlier one); all the labels now."""
     if not labels:
         return read_labels(experiment_dir)
+    with _locked(experiment_dir):
+        return _merge(experiment_dir, labels)
+
+
+@contextlib.contextmanager
+def _locked(experiment_dir: Location) -> Iterator[None]:
+    """One writer of the labels at a time, on a local folder (a terminal's review beside a
+    flow's: each read, added to and replaced the file, and the later one dropped what the
+    other added). An object store has no lock: a write there replaces the file whole."""
+    if experiment_dir.local is None or fcntl is None:
+        yield
+        return
+    with (experiment_dir.local / f".{LABELS_FILE}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _merge(experiment_dir: Location, labels: Sequence[Label]) -> pd.DataFrame:
     known = read_labels(experiment_dir)
     merged = pd.concat([known, _frame(labels)], ignore_index=True) if len(known) else _frame(labels)
     merged = merged.drop_duplicates(_KEY, keep="last").reset_index(drop=True)
