@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,10 @@ async def _read_back(flow_run_id: Any) -> tuple[Any, Any, int, list[Any]]:
 def test_deployment_runs_on_a_worker_and_reads_back(stack: Stack, tmp_path: Path) -> None:
     results = tmp_path / "results"
     with _client_of(stack):
+        # One run: a post retried under load (its answer late) made a second one.
         flow_run = run_deployment(
-            "text-to-sql-eval/text-to-sql-nightly", timeout=240, poll_interval=1,
+            "text-to-sql-eval/text-to-sql-nightly", idempotency_key=str(uuid.uuid4()), timeout=240,
+            poll_interval=1,
             parameters={"results_dir": str(results), "experiment_name": "deployed",
                         "max_concurrency": 4})
         parent, child, task_runs, artifacts = asyncio.run(_read_back(flow_run.id))
@@ -176,8 +179,9 @@ def test_a_review_suspends_the_run_and_takes_its_experiment_up_again(stack: Stac
     dataset = tmp_path / "rag.jsonl"  # three of the bundled rows: the run's own part is short
     dataset.write_text("".join((ROOT / "datasets" / "rag_qa.jsonl").read_text().splitlines(True)[:3]))
     with _client_of(stack):
+        # One run: a post retried under load (its answer late) made a second one.
         flow_run = run_deployment(
-            "rag-eval/rag-nightly", timeout=0, parameters={
+            "rag-eval/rag-nightly", idempotency_key=str(uuid.uuid4()), timeout=0, parameters={
                 "dataset": str(dataset), "results_dir": str(results), "experiment_name": "reviewed",
                 "judges": False, "review": 2, "review_evaluator": "answers", "labels": str(labels)})
         deadline = time.monotonic() + 180
@@ -210,8 +214,9 @@ def test_a_suspended_review_nobody_answers_goes_on_at_its_deadline(stack: Stack,
     dataset = tmp_path / "rag.jsonl"
     dataset.write_text("".join((ROOT / "datasets" / "rag_qa.jsonl").read_text().splitlines(True)[:3]))
     with _client_of(stack):
+        # One run: a post retried under load (its answer late) made a second one.
         flow_run = run_deployment(
-            "rag-eval/rag-nightly", timeout=0, parameters={
+            "rag-eval/rag-nightly", idempotency_key=str(uuid.uuid4()), timeout=0, parameters={
                 "dataset": str(dataset), "results_dir": str(results), "experiment_name": "unanswered",
                 "judges": False, "review": 2, "review_evaluator": "answers", "review_timeout": 4,
                 "labels": str(tmp_path / "labels.jsonl")})

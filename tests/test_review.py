@@ -348,6 +348,7 @@ def _paused(ids: list[str], page: int) -> Any:
     """The flow run once paused for its first form (its state, its form's schema and
     description, read through Prefect's API)."""
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
 
     def look() -> Any:
         if not ids:
@@ -357,8 +358,13 @@ def _paused(ids: list[str], page: int) -> Any:
             if state is None or not state.is_paused():
                 return None
             keys = state.state_details.run_input_keyset
-            schema = json.loads(client.read_flow_run_input(ids[0], keys["schema"]))
-            return state, schema, json.loads(client.read_flow_run_input(ids[0], keys["description"]))
+            try:  # the run is Paused first, its form saved just after (as Prefect's own pause)
+                schema = json.loads(client.read_flow_run_input(ids[0], keys["schema"]))
+                return state, schema, json.loads(client.read_flow_run_input(ids[0], keys["description"]))
+            except PrefectHTTPStatusError as exc:
+                if exc.response.status_code == 404:
+                    return None
+                raise
     return until(look, f"the flow run paused for page {page}", 60)
 
 
@@ -421,6 +427,7 @@ def test_a_flow_run_pauses_for_each_page_and_the_answers_land(run: Any, prefect_
 
 def _paused_again(ids: list[str], before: str) -> Any:
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
 
     def look() -> Any:
         with get_client(sync_client=True) as client:
@@ -428,7 +435,12 @@ def _paused_again(ids: list[str], before: str) -> Any:
             if state is None or not state.is_paused() or state.state_details.pause_key == before:
                 return None
             keys = state.state_details.run_input_keyset
-            return state, json.loads(client.read_flow_run_input(ids[0], keys["schema"])), None
+            try:  # (saved just after the state: see `_paused`)
+                return state, json.loads(client.read_flow_run_input(ids[0], keys["schema"])), None
+            except PrefectHTTPStatusError as exc:
+                if exc.response.status_code == 404:
+                    return None
+                raise
     return until(look, "the flow run paused for its next page", 60)
 
 

@@ -129,7 +129,8 @@ def _wake_at_deadline(client: SyncPrefectClient, flow_run_id: UUID, key: str, ti
     at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)
     client.create_flow_run_from_deployment(
         wake.id, parameters={"flow_run_id": str(flow_run_id), "pause_key": key, "timeout": timeout},
-        state=Scheduled(scheduled_time=at), tags=["patronus-tasks"])
+        state=Scheduled(scheduled_time=at), tags=["patronus-tasks"],
+        idempotency_key=f"review-timeout-{flow_run_id}-{key}")  # a retried post: still one
     return True
 
 
