@@ -133,7 +133,9 @@ def _deploy_and_run(api: str, folder: Path, parameters: dict[str, str]) -> str:
     work pool, a deployment of ``nightly`` whose code is in ``folder`` (on the runner's
     host), a run of it. The id of that flow run."""
     with httpx.Client(base_url=api, timeout=10) as http:
-        _post(http, "/work_pools/", {"name": "hosts", "type": "process"})
+        # 409: there already (the workers' hosts start theirs with `--type process`, which
+        # makes the pool when it is missing: on a loaded machine one got there first).
+        _post(http, "/work_pools/", {"name": "hosts", "type": "process"}, exists_ok=True)
         flow_id = _post(http, "/flows/", {"name": "nightly"}).json()["id"]
         steps = [{"prefect.deployments.steps.set_working_directory": {"directory": str(folder)}}]
         deployment = _post(http, "/deployments/", {
@@ -143,15 +145,17 @@ def _deploy_and_run(api: str, folder: Path, parameters: dict[str, str]) -> str:
         return str(made.json()["id"])
 
 
-def _post(http: httpx.Client, path: str, body: dict[str, object]) -> httpx.Response:
+def _post(http: httpx.Client, path: str, body: dict[str, object],
+          exists_ok: bool = False) -> httpx.Response:
     """A post the SQLite server may refuse while busy (503, "database is locked"): asked
-    again, as Prefect's own client does."""
+    again, as Prefect's own client does (``exists_ok``: a 409 is fine too)."""
     for _ in range(10):
         made = http.post(path, json=body)
         if made.status_code != 503:
             break
         time.sleep(0.5)
-    made.raise_for_status()
+    if not (exists_ok and made.status_code == 409):
+        made.raise_for_status()
     return made
 
 
