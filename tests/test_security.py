@@ -449,13 +449,28 @@ def test_every_markdown_of_an_experiment_links_only_where_this_package_does(tmp_
         assert _gfm_links(outside) == [], (kind, _gfm_links(outside))
 
 
-class _Beacon:
+class _Served:
+    """A ``Handler`` served on 127.0.0.1 from a thread of this process, at ``url``."""
+
+    def _serve(self, handler: type) -> None:
+        import http.server
+        import threading
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class _Beacon(_Served):
     """An HTTP server on 127.0.0.1 that notes every request: what a browser fetched of the
     URLs hostile text named."""
 
     def __init__(self) -> None:
         import http.server
-        import threading
 
         self.seen: list[str] = []
         seen = self.seen
@@ -469,16 +484,10 @@ class _Beacon:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(Handler)
 
 
-class _UI:
+class _UI(_Served):
     """Prefect's two UIs (their bundles, as its server serves them: v1 at /, v2 at /v2,
     each page's address answered with its index.html) for the server at ``api_url``, from
     a thread of this process: the session's server serves no UI (it spares the suite
@@ -490,7 +499,6 @@ class _UI:
         import http.server
         import json
         import mimetypes
-        import threading
         from pathlib import Path
 
         import prefect
@@ -522,13 +530,7 @@ class _UI:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(Handler)
 
 
 def _pictures(beacon: str, field: str) -> str:
