@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -154,8 +153,6 @@ async def _send_once(client: ApiClient, method: str, path: str,
     response = await httpx.AsyncClient.send(http, request)  # the retry loop's own `send`
     if csrf_refused(response) and await _renew_csrf(http, request):
         response = await httpx.AsyncClient.send(http, request)  # refused: not taken
-    if response.status_code < 500:
-        _ANSWERED[str(http.base_url)] = time.monotonic()
     # As Prefect's `send` marks it: only a client that got an answer once retries a refused
     # connection (a server restarting). Unmarked, a post-run whose first answer came here
     # (`answers`) lost its artifacts to a restart (tests/test_recorder_restarts.py).
@@ -181,22 +178,12 @@ async def _renew_csrf(http: Any, request: httpx.Request) -> bool:
     return True
 
 
-#: When each API (its base URL) last answered a request sent once, in this process.
-_ANSWERED: dict[str, float] = {}
-#: An API that answered this recently is taken to answer (`answers`): the recorder's poster
-#: asks every 0.1 s at a run's end, and the health check before its post-run was one more
-#: round trip there (0.01-0.35 s, measured on 2 loaded cores).
-_ANSWERED_WITHIN = 1.0
-
-
-async def answers(client: ApiClient, fresh: bool = False) -> bool:
-    """Whether the server answers: it did within `_ANSWERED_WITHIN` (unless ``fresh``), or
-    it answers ``GET /health`` now (asked once)."""
+async def answers(client: ApiClient) -> bool:
+    """Whether the server answers ``GET /health`` now (asked once). Asked every time: an
+    answer of the last second, taken instead (one round trip less at a run's end), let a
+    server killed in that second lose the whole post-run (tests/test_recorder_restarts.py)."""
     import httpx
 
-    since = time.monotonic() - _ANSWERED.get(str(client._client.base_url), -1e9)
-    if not fresh and since < _ANSWERED_WITHIN:
-        return True
     try:
         return (await _send_once(client, "GET", "/health")).status_code == 200
     except httpx.HTTPError:

@@ -385,11 +385,9 @@ def _url(flow_run_id: str) -> str | None:
 
 async def _until_answering(client: ApiClient) -> None:
     """Wait (up to `settings.unanswered_seconds`) for a server that does not answer now: one
-    restarting as a run ends got none of its artifacts before, publishing at once. Asked
-    anew, not taken from an answer of the last second: a server killed in that second
-    (tests/test_recorder_restarts.py) lost the whole post-run."""
+    restarting as a run ends got none of its artifacts before, publishing at once."""
     deadline, wait = time.monotonic() + settings.unanswered_seconds(), 0.5
-    while not await internal.answers(client, fresh=True) and time.monotonic() + wait < deadline:
+    while not await internal.answers(client) and time.monotonic() + wait < deadline:
         await asyncio.sleep(wait)
         wait = min(wait * 2, 4.0)
 
