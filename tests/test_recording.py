@@ -10,6 +10,7 @@ read back the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -170,8 +171,9 @@ async def _until_running(name: str) -> None:
     async with httpx.AsyncClient(base_url=str(PREFECT_API_URL.value()), timeout=10) as client:
         deadline, pause = time.monotonic() + 60, 0.05
         while time.monotonic() < deadline:
-            if (await client.post("/task_runs/filter", json=body)).json():
-                return
+            with contextlib.suppress(httpx.TimeoutException):  # a loaded server: ask again
+                if (await client.post("/task_runs/filter", json=body)).json():
+                    return
             await asyncio.sleep(pause)
             pause = min(0.5, pause * 1.5)  # a server slow to show it is not asked 20 times a second
     raise TimeoutError(f"{name} was never shown Running")

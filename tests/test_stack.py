@@ -105,7 +105,10 @@ def _when_recorded(api_url: str, at_least: int, running: list[subprocess.Popen[s
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert all(p.poll() in (None, 0) for p in running), "an experiment process failed"
-        with_count = _recorded(api_url)
+        try:
+            with_count = _recorded(api_url)
+        except httpx.TimeoutException:  # a loaded machine: ask again (the deadline stands)
+            continue
         if with_count >= at_least:
             return with_count
         time.sleep(0.2)
@@ -156,7 +159,7 @@ def test_every_row_and_task_run_kept_through_an_api_process_and_redis_dying(
         seen = _when_recorded(api, CALLS // 4, running)
         killed = _api_processes(production)[0]
         os.kill(killed, signal.SIGKILL)
-        assert httpx.get(f"{api}/health", timeout=10).status_code == 200  # the other serves
+        assert httpx.get(f"{api}/health", timeout=30).status_code == 200  # the other serves
         # Redis goes down once both experiments have returned, their artifacts made: an
         # artifact posted while Redis is down fails the experiment today (the server
         # answers 500, Prefect's client does not retry it; nothing is lost).
