@@ -34,6 +34,33 @@ STALL_SECONDS = "5"
 RECORDED_WITHIN = 120
 
 
+def _one_tls_context_per_setting() -> None:
+    """httpx makes a TLS context (the CA bundle loaded: ~24 ms of CPU, measured) for every
+    client, and `httpx.get`/`post` make a client per call: the tests' polls of their
+    servers, and Prefect's clients in this process, spent ~20 s of the suite's CPU on it
+    (py-spy over every process). One context per setting here, as the package keeps one
+    (`prefect.lean.tls_context`, `http._ssl_context`); connections are as real as before."""
+    import functools
+
+    import httpx._transports.default as transports
+
+    made = transports.create_ssl_context
+
+    @functools.cache
+    def default(trust_env: bool, by_env: tuple[str | None, str | None]) -> Any:
+        return made(True, None, trust_env)
+
+    def cached(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is True and cert is None:  # the CA bundle httpx picks, by its settings
+            return default(trust_env, (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")))
+        return made(verify, cert, trust_env)
+
+    transports.create_ssl_context = cached
+
+
+_one_tls_context_per_setting()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PATRONUS_TASKS_RECORDER_STALL_SECONDS", STALL_SECONDS)
     # xdist's controller collects no tests: it starts the server its workers will share
