@@ -93,11 +93,31 @@ def _suspend(model: type[Any], key: str, timeout: int) -> Asked:
         if key in (client.read_flow_run(flow_run_id).empirical_policy.pause_keys or ()):
             return _answered_before(client, flow_run_id, model, key, timeout)
         woken = _wake_at_deadline(client, flow_run_id, key, timeout)
+    _say_waiting(timeout, "suspended (its process ends; a worker runs it again once answered)",
+                 goes_on=woken)
     # Returns only when this pause fired before (the run resumed and running again); else
     # the process ends here, the run Suspended. Prefect's deadline comes after the wake's.
     answered = suspend_flow_run(wait_for_input=model, key=key,
                                 timeout=timeout + MARGIN if woken else timeout)
     return Asked(answered.model_dump(mode="json"))
+
+
+def _say_waiting(timeout: int, how: str, goes_on: bool) -> None:
+    """In the run's Logs tab, where a reviewer looks: that the run waits for its form, where
+    it is, and until when (the run page said only Prefect's "Suspending flow run")."""
+    import datetime as dt
+
+    until = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)).strftime("%H:%M:%S UTC")
+    then = "it goes on without" if goes_on else "Prefect fails it"
+    line = (f"review: the run is {how}, waiting for its form until {until}: in the Prefect UI, "
+            f"this run's Resume button opens it. Nobody answering by then, {then}.")
+    try:
+        from prefect.logging import get_run_logger
+
+        run_logger: Any = get_run_logger()
+    except Exception:  # outside a run: the package's logger
+        run_logger = logger
+    run_logger.info(line)
 
 
 def _answered_before(client: SyncPrefectClient, flow_run_id: UUID, model: type[Any], key: str,
@@ -166,6 +186,7 @@ def _pause(flow_run_id: UUID, model: type[Any], key: str, timeout: int, poll: fl
         if result.state is None or not result.state.is_paused():
             return Asked(None, f"Prefect would not pause the run: {result.details}")
         model.save(keyset, flow_run_id=flow_run_id)
+        _say_waiting(timeout, "paused", goes_on=True)
         if not _resumed(client, flow_run_id, timeout, poll):
             return _go_on(client, flow_run_id, model, keyset["response"], timeout)
         return _answer(client, flow_run_id, model, keyset["response"])
