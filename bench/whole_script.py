@@ -1,11 +1,15 @@
-"""A 10-row script's whole process, on Prefect against the same on `local` (issue 49).
+"""A 10-row script's whole process, on Prefect against the same on `local`, a plain loop
+and the Patronus SDK (issue 49).
 
     PREFECT_API_URL=http://127.0.0.1:4200/api python bench/whole_script.py [--rounds 5]
     python bench/bench.py --scenario whole [--server up] [--repeat 5]
 
 Each round runs `fixed_cost.py MODE --whole` (the experiment, then `wait_recorded`, then
 exit, as a script would) with ``local`` and with ``prefect`` against a server already
-running, timing each process from its start to its exit. Meanwhile this process (not the
+running, the same rows as a plain loop (`whole_plain.py`: the floor) and, when its venv
+exists ($PATRONUS_SDK_PYTHON, default /tmp/patronus-venv/bin/python), with the Patronus
+SDK's `run_experiment` reporting to a loopback stand-in of its API (`whole_patronus.py`),
+timing each process from its start to its exit. Meanwhile this process (not the
 measured one) asks the server every 20 ms how many of the run's 20 task runs are final,
 then for its flow run's final state: so the figures tell apart what the server did
 (``final``: every task run final; ``state``: the flow run's final state) from when
@@ -16,14 +20,17 @@ the script heard of it (``recorded``: `wait_recorded` returned) and when it ende
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +69,26 @@ class Watch(threading.Thread):
         return int(self.api.post(path, json=body).json())
 
 
-def one(mode: str, api_url: str) -> dict[str, float]:
+PATRONUS_PYTHON = os.environ.get("PATRONUS_SDK_PYTHON", "/tmp/patronus-venv/bin/python")
+
+
+def _argv(mode: str, name: str, standin: str | None) -> list[str]:
+    if mode == "plain":
+        return [sys.executable, str(HERE / "whole_plain.py")]
+    if mode == "patronus":
+        return [PATRONUS_PYTHON, str(HERE / "whole_patronus.py"), str(standin)]
+    return [sys.executable, str(HERE / "fixed_cost.py"), mode, "--whole", name]
+
+
+def one(mode: str, api_url: str, standin: str | None = None) -> dict[str, float]:
     name = f"whole-{uuid.uuid4().hex[:8]}"  # a project of its own: its tag finds its runs
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "WARNING"}
     watch = Watch(api_url, name)
     if mode == "prefect":
         watch.start()
     began = time.time()
-    out = subprocess.run([sys.executable, str(HERE / "fixed_cost.py"), mode, "--whole", name],
-                         env=env, capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(_argv(mode, name, standin), env=env, capture_output=True, text=True,
+                         check=True, timeout=300)
     ended = time.time()
     said = json.loads(out.stdout.strip().splitlines()[-1])
     if watch.is_alive():
@@ -89,14 +107,23 @@ COLUMNS = ["whole", "final", "state", "recorded", "exit"]
 
 
 def run(api_url: str, rounds: int) -> None:
+    with _standin() as standin:
+        _rounds(api_url, rounds, standin)
+
+
+def _rounds(api_url: str, rounds: int, standin: str | None) -> None:
+    modes = ["plain", "local", "prefect", *(["patronus"] if standin else [])]
     print(f"\n== a 10-row script's whole process, server already running ({rounds} rounds; "
           "seconds; final, state, recorded, exit: after run_experiment returned)")
+    if not standin:
+        print(f"(no Patronus SDK venv at {PATRONUS_PYTHON}: its row is left out; "
+              "see patronus_sdk_workload.py)")
     print(f"{'round':6} {'mode':8} " + " ".join(f"{c:>8}" for c in COLUMNS)
           + f" {'rec-final':>10} {'exit-final':>10}", flush=True)
-    found: dict[str, list[dict[str, float]]] = {"local": [], "prefect": []}
+    found: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for n in range(rounds):
         for mode in found:
-            r = one(mode, api_url)
+            r = one(mode, api_url, standin)
             found[mode].append(r)
             print(f"{n + 1:<6} {mode:8} " + " ".join(_cell(r, c) for c in COLUMNS) + _gaps(r),
                   flush=True)
@@ -108,9 +135,39 @@ def run(api_url: str, rounds: int) -> None:
         if gaps:
             line += "".join(f" {statistics.median(g[i] for g in gaps):10.2f}" for i in range(2))
         print(line)
-    lag = [p["whole"] - loc["whole"] for p, loc in zip(found["prefect"], found["local"], strict=True)]
-    print(f"prefect - local, whole process, per round: {' '.join(f'{x:.2f}' for x in lag)}; "
-          f"median {statistics.median(lag):.2f} s")
+    for other in [m for m in modes if m != "prefect"]:
+        lag = [p["whole"] - o["whole"] for p, o in zip(found["prefect"], found[other], strict=True)]
+        ratio = statistics.median(found["prefect"][i]["whole"] / found[other][i]["whole"]
+                                  for i in range(rounds))
+        print(f"prefect - {other}, whole process, per round: {' '.join(f'{x:.2f}' for x in lag)}; "
+              f"median {statistics.median(lag):.2f} s (ratio {ratio:.2f})")
+
+
+@contextlib.contextmanager
+def _standin() -> Iterator[str | None]:
+    """The loopback stand-in of the Patronus API the SDK reports to (None: no SDK venv)."""
+    if not Path(PATRONUS_PYTHON).exists():
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(HERE / "patronus_standin.py"), str(port)],
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/_counts", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the Patronus stand-in did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _cell(r: dict[str, float], column: str) -> str:
