@@ -109,15 +109,19 @@ def _say_waiting(timeout: int, how: str, goes_on: bool) -> None:
 
     until = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)).strftime("%H:%M:%S UTC")
     then = "it goes on without" if goes_on else "Prefect fails it"
-    line = (f"review: the run is {how}, waiting for its form until {until}: in the Prefect UI, "
+    run_log(f"review: the run is {how}, waiting for its form until {until}: in the Prefect UI, "
             f"this run's Resume button opens it. Nobody answering by then, {then}.")
+
+
+def run_log(line: str, level: int = logging.INFO) -> None:
+    """A line in the current flow run's logs (its Logs tab), else this package's log."""
     try:
         from prefect.logging import get_run_logger
 
         run_logger: Any = get_run_logger()
     except Exception:  # outside a run: the package's logger
         run_logger = logger
-    run_logger.info(line)
+    run_logger.log(level, line)
 
 
 def _answered_before(client: SyncPrefectClient, flow_run_id: UUID, model: type[Any], key: str,

@@ -30,7 +30,6 @@ from patronus_tasks.review.form import Page, check_page_size, paginate
 from patronus_tasks.review.rows import Reviewable, check_evaluator, resolve_scale, reviewables
 from patronus_tasks.review.select import Select, choose, pending
 
-logger = logging.getLogger("patronus_tasks.review")
 T = TypeVar("T")
 CLI_HINT = "patronus-tasks review {folder} --evaluator {evaluator}"
 
@@ -211,13 +210,9 @@ def keep(p: Plan, page: Page, answer: dict[str, Any]) -> None:
 
 def say(line: str, warn: bool = False) -> None:
     """A line in the flow run's logs (its Logs tab), else this package's log."""
-    try:
-        from prefect.logging import get_run_logger
+    from patronus_tasks.prefect.pause import run_log
 
-        run_logger: Any = get_run_logger()
-    except Exception:  # outside a run: the package's logger
-        run_logger = logger
-    run_logger.log(logging.WARNING if warn else logging.INFO, f"review: {line}")
+    run_log(f"review: {line}", logging.WARNING if warn else logging.INFO)
 
 
 def finish(p: Plan, notes: list[str], into: str | Path | None, publish: bool = False) -> Review:
