@@ -64,3 +64,12 @@ def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: P
     assert links == {f"[{host}:{r.results_path}]({r.results_path.resolve().as_uri()})"
                      for r in runs}
     assert all(float(a.data) == 100.0 for a in found[keys[3]])
+
+
+def test_a_history_table_that_is_not_json_reads_as_no_rows() -> None:
+    # Read before this run's artifacts are posted: a broken one must not stop them.
+    from patronus_tasks.prefect.ui.artifacts import read_table
+
+    assert read_table('[{"started": "2026-11-27", "verdict": "Same"}') == []
+    assert read_table('[{"started": "2026-11-27", "verdict": "Same"}]') == [
+        {"started": "2026-11-27", "verdict": "Same"}]

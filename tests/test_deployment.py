@@ -57,6 +57,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, prefect_template_db: Path) -
     # The server records at a lower CPU priority than the worker running the rows.
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, started.server_pid) == min(mine + SERVER_NICE, 19)
+    # Every thread of it (Linux nices one thread per call; lowered once up, it had threads).
+    threads = [int(t) for t in os.listdir(f"/proc/{started.server_pid}/task")]
+    assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {min(mine + SERVER_NICE, 19)}
     assert started.worker_pid and os.getpriority(os.PRIO_PROCESS, started.worker_pid) == mine
     try:
         yield started

@@ -1194,3 +1194,64 @@ run_experiment("p", data=[{{"sid": "a", "evaluated_model_input": "q"}},
         assert "\\x1b]52;c;" in out  # said, as text
         assert not any(c in out for c in "\x1b\x07\u202e"), out
     assert "said\\x1b[2J" in shown.stdout and "e[bold]x" in shown.stdout
+
+
+def test_the_lean_clients_settings_never_show_a_secret_in_their_repr() -> None:
+    """The recorder's client settings hold the auth string, an API key and custom headers
+    (often a token): a repr of them, in a traceback, a log line or a test's failure diff,
+    shows none of them."""
+    from patronus_tasks.prefect.client_settings import ClientSettings
+
+    shown = repr(ClientSettings("http://127.0.0.1:4200/api", auth_string="admin:s3cret-auth",
+                                api_key="pnu_s3cret-key", headers={"X-Token": "s3cret-header"}))
+    assert "127.0.0.1:4200" in shown and "s3cret" not in shown, shown
+
+
+def test_a_refused_api_is_named_without_the_password_in_its_url() -> None:
+    """A ``PREFECT_API_URL`` of ``https://user:password@host/api``: the recorder's error
+    when that API refuses (401) names the API, not the password in its URL."""
+    from patronus_tasks.prefect.clients import refused_fix
+
+    said = refused_fix("https://bob:s3cret-password@prefect.example/api")
+    assert "prefect.example/api" in said and "s3cret" not in said, said
+
+
+_ORPHANED = """
+import os, sys, threading
+from patronus_tasks.evaluators.sql import Database, run_query
+db = Database("CREATE TABLE t (x INT);", "duckdb")
+run_query(db, "SELECT 1")  # the worker started
+threading.Thread(target=run_query, daemon=True, kwargs=dict(
+    db=db, query="SELECT sum(range) FROM range(1000000000000)", timeout=600)).start()
+print("running", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_duckdb_worker_dies_with_the_process_that_started_it() -> None:
+    """The experiment's process killed (SIGKILL, the OOM killer) while its DuckDB worker
+    runs a hostile query: the worker was adopted by init and ran on at ~90% of a core,
+    up to its memory cap, until the query ended. It now ends within a second or so."""
+    pytest.importorskip("duckdb")
+    import signal
+    import subprocess
+    import sys
+
+    from .waits import until
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATRONUS_TASKS_SQL")}
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHANED], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "running"
+        children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+        workers = [int(c) for c in children if "sql_child" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert workers, children
+        # Killed once the worker is inside the query (its CPU time growing), not before.
+        until(lambda: int(Path(f"/proc/{workers[0]}/stat").read_text().rsplit(")", 1)[1].split()[11]) > 50,
+              "the worker busy with the query", 30)
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    until(lambda: not any(Path(f"/proc/{w}").exists() and "Z" not in
+                          Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3] for w in workers),
+          "the orphaned DuckDB worker to end", 10)

@@ -19,6 +19,7 @@ import resource
 import signal
 import struct
 import threading
+import time
 from typing import Any
 
 from patronus_tasks.evaluators.sql_bounds import Limits, QueryRefused, ResultTooLarge, collect
@@ -104,6 +105,7 @@ def main(setup: dict[str, Any]) -> None:
         return send(out, ("error", type(exc).__name__, str(exc)))
     current: list[Any] = [None, threading.Lock()]
     threading.Thread(target=_watch, args=(current,), daemon=True).start()
+    threading.Thread(target=_die_with_parent, args=(os.getppid(),), daemon=True).start()
     send(out, ("ready", os.getpid()))
     while True:
         try:
@@ -111,6 +113,17 @@ def main(setup: dict[str, Any]) -> None:
         except EOFError:  # the parent is gone, or done with this worker
             return
         send(out, answer(conn, current, *pickle.loads(request)))
+
+
+def _die_with_parent(parent: int) -> None:
+    """End once the parent is gone (killed: SIGKILL, the OOM killer, a cancelled run's
+    process): its closed pipe is read only between queries, and a hostile query went on
+    for as long as it ran, at its cap of memory. Polled: Linux's parent-death signal
+    follows the thread that started the worker, and rows start workers from threads that
+    end."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _watch(current: list[Any]) -> None:

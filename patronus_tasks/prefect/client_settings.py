@@ -1,6 +1,6 @@
 """What a client of the Prefect API needs to know (`ClientSettings`): read from the
-environment alone when nothing else can say otherwise (`from_env`), else from Prefect's
-settings (`from_prefect`).
+environment alone when nothing else can say otherwise (`from_env`); else the recorder
+uses Prefect's own client, which reads Prefect's settings.
 
 The recorder process is started with the experiment process's environment. Importing
 Prefect to read its settings took ~1.0 s of CPU there (`prefect.context`, the settings'
@@ -44,8 +44,10 @@ class ClientSettings:
     """A client's settings, as Prefect's `PrefectClient` reads them (its defaults here)."""
 
     api_url: str
-    auth_string: str | None = None
-    api_key: str | None = None
+    # Secrets, and headers that may hold one, are left out of the repr: a settings object
+    # in a traceback, a log line or a test's failure diff never shows them.
+    auth_string: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
     tls_insecure: bool = False
     cert_file: str | None = None
     http2: bool = False
@@ -54,7 +56,7 @@ class ClientSettings:
     jitter: float = 0.2
     extra_codes: frozenset[int] = frozenset()
     csrf: bool = True
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     cloud_api_url: str = CLOUD_API_URL
     ui_url: str | None = None
 

@@ -39,11 +39,6 @@ def use_environment(env: Mapping[str, str]) -> bool:
     return _MODE.lean is not None
 
 
-def lean() -> bool:
-    """Whether this process's clients are lean (`use_environment`)."""
-    return _MODE.lean is not None
-
-
 def get_client() -> ApiClient:
     """A lean client (`use_environment`), else `prefect.get_client`'s, its TLS context
     shared (see the module's docstring)."""
@@ -96,8 +91,12 @@ def refused(exc: BaseException) -> bool:
 
 
 def refused_fix(url: str | None) -> str:
-    """What to say when the API at ``url`` answered 401, with the fix."""
-    return (f"the Prefect API at {url} asks who you are (401 Unauthorized): set its auth string "
+    """What to say when the API at ``url`` answered 401, with the fix (``url`` shown with
+    any ``user:password`` in it hidden)."""
+    from patronus_tasks.http import redact_url
+
+    shown = redact_url(url) if url else "of Prefect's built-in server"
+    return (f"the Prefect API at {shown} asks who you are (401 Unauthorized): set its auth string "
             "in PREFECT_API_AUTH_STRING (a stack of `patronus-tasks server up`: "
             "eval \"$(patronus-tasks server env)\" where it was started), or on Prefect Cloud "
             "PREFECT_API_KEY")

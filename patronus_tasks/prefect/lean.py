@@ -192,10 +192,6 @@ class LeanClient:
     def __init__(self, s: ClientSettings, max_retries: int | None = None) -> None:
         self._client = LeanHttp(s, max_retries)
 
-    @property
-    def api_url(self) -> httpx.URL:
-        return self._client.base_url
-
     async def __aenter__(self) -> LeanClient:
         await self._client.__aenter__()
         return self

@@ -298,7 +298,9 @@ async def _until_created(opening: Opening, service: Service) -> flowruns.Created
 
 def _unanswered(opening: Opening, exc: Exception) -> str:
     """Why the flow run could not be made, in this package's terms, with the fix."""
-    url = clients.api_url()
+    from patronus_tasks.http import redact_url
+
+    url = redact_url(clients.api_url() or "")
     brief = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     return (f"the Prefect API at {url} did not answer for {settings.unanswered_seconds():g} s ({brief}): "
             f"{opening.title} is not recorded on Prefect (its results are written). Start a "

@@ -64,25 +64,12 @@ def _lower_priority(pid: int) -> None:
     while it starts: a new database's migrations (~20 s of CPU), niced on a machine
     busy with other work, got a tenth of a core and missed any time limit.
 
-    Linux nices one thread per call: the pid alone left 7 of the server's 8 threads at
-    the process's own priority (/proc's task list). So every thread, again until none is new;
-    threads started later inherit it from the niced thread that starts them."""
+    Every thread of it (`stack.processes.renice`; imported here, once: the stack's
+    package is not otherwise needed by a script's built-in server)."""
+    from patronus_tasks.prefect.server.stack.processes import renice
+
     with contextlib.suppress(OSError, AttributeError):
-        nice = min(os.getpriority(os.PRIO_PROCESS, 0) + SERVER_NICE, 19)  # below ours
-        done: set[int] = set()
-        while threads := _threads(pid) - done:
-            for tid in threads:
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, tid, nice)
-            done |= threads
-
-
-def _threads(pid: int) -> set[int]:
-    """The process's threads' ids (Linux's /proc), else its own id."""
-    try:
-        return {int(tid) for tid in os.listdir(f"/proc/{pid}/task")}
-    except OSError:
-        return {pid}
+        renice(pid, min(os.getpriority(os.PRIO_PROCESS, 0) + SERVER_NICE, 19))  # below ours
 
 
 def _startup_timeout(given: float | None) -> float:

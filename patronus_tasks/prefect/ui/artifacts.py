@@ -250,8 +250,13 @@ def table_artifact(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_table(data: Any) -> list[dict[str, Any]]:
-    """A table artifact's rows, as they were given to `table_artifact`."""
-    rows = json.loads(data) if isinstance(data, str) else data
+    """A table artifact's rows, as they were given to `table_artifact`; none from a table
+    that is not one (edited by hand, or cut): the series' history then starts anew, and
+    the run's own artifacts are still published (it is read before them)."""
+    try:
+        rows = json.loads(data) if isinstance(data, str) else data
+    except ValueError:
+        return []
     if not isinstance(rows, list):
         return []
     return [{k: plain(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]

@@ -103,11 +103,30 @@ def lower(procs: list[Proc], nice: int) -> None:
         if proc.pid is None or proc.external:
             continue
         for pid in (proc.pid, *children(proc.pid)):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, pid, target)
+            renice(pid, target)
         with contextlib.suppress(OSError):  # its session's group too (see `_niceness`)
             Path(f"/proc/{proc.pid}/autogroup").write_text(str(nice))
         proc.nice = nice
+
+
+def renice(pid: int, value: int) -> None:
+    """Every thread of ``pid`` at priority ``value``: Linux nices one thread per call (the
+    pid alone left 7 of a server's 8 threads at their priority, /proc's task list), so
+    each, again until none is new; threads started later inherit it."""
+    done: set[int] = set()
+    while threads := _threads(pid) - done:
+        for tid in threads:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+        done |= threads
+
+
+def _threads(pid: int) -> set[int]:
+    """The process's threads' ids (Linux's /proc), else its own id."""
+    try:
+        return {int(tid) for tid in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return {pid}
 
 
 @dataclass(frozen=True)
