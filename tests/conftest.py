@@ -61,8 +61,15 @@ def _one_tls_context_per_setting() -> None:
 _one_tls_context_per_setting()
 
 
+#: How long a recorder waits for the shared server to answer before it gives a run up
+#: (30 s by default): loaded by four workers' tests, it once took over 30 s to make a
+#: sweep variant's flow run, which then had no verdict.
+UNANSWERED_SECONDS = "120"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PATRONUS_TASKS_RECORDER_STALL_SECONDS", STALL_SECONDS)
+    os.environ.setdefault("PATRONUS_TASKS_RECORDER_UNANSWERED_SECONDS", UNANSWERED_SECONDS)
     # xdist's controller collects no tests: it starts the server its workers will share
     # now, before they exist, so that they inherit where it is.
     if config.getoption("numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
