@@ -588,6 +588,88 @@ def test_duckdb_runs_at_most_its_workers_at_once(monkeypatch: pytest.MonkeyPatch
     assert workers.running == len(workers.idle) == 2
 
 
+def test_a_query_that_never_ran_is_the_evaluators_error_not_a_wrong_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No DuckDB worker free within the timeout, or a connection factory that fails (the
+    database down): the model's query was never judged, so the row gets an error, not a
+    fail (which reads as the model's wrong SQL) and not a wrong gold."""
+    pytest.importorskip("duckdb")
+    import time
+
+    from patronus_tasks.evaluators.sql_bounds import SandboxUnavailable
+
+    monkeypatch.setenv("PATRONUS_TASKS_SQL_WORKERS", "1")
+    ev = sql_result_match("CREATE TABLE t (x INT);", engine="duckdb", timeout=0.5)
+    assert judge(ev, "SELECT 1", "SELECT 1").pass_  # a worker, and the gold's rows kept
+    workers = ev.options["database"].local().workers
+    held, _ = workers._take(time.monotonic() + 5)  # the one worker, busy elsewhere
+    try:
+        with pytest.raises(SandboxUnavailable, match="the query never ran"):
+            judge(ev, "SELECT 2", "SELECT 1")
+        with pytest.raises(SandboxUnavailable, match="the query never ran"):
+            judge(ev, "SELECT 2", "SELECT 3")  # the gold's own query: not the dataset's fault
+    finally:
+        workers._give(held, True)
+    assert not judge(ev, "SELECT 2", "SELECT 1").pass_  # a free worker: judged again
+
+    def down() -> Any:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    with pytest.raises(SandboxUnavailable, match="down: the connection factory failed: "
+                                                 "OperationalError: unable to open"):
+        judge(sql_result_match(down), "SELECT 1", "SELECT 1")
+
+
+def test_a_duckdb_worker_answering_after_its_interrupt_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query whose result raced the interrupt sent at its timeout: the signal may still
+    be pending in the worker, where it would stop the next query; that worker is ended.
+    One the interrupt stopped is kept (its signal is spent)."""
+    pytest.importorskip("duckdb")
+    from patronus_tasks.evaluators import sql_worker
+    from patronus_tasks.evaluators.sql import Database, run_query
+
+    db = Database("CREATE TABLE t (x INT);", "duckdb")
+    assert run_query(db, "SELECT 1") == [(1,)]
+    workers = db.local().workers
+    real = sql_worker.Worker.receive
+    answers: list[Any] = []
+
+    def late(self: Any, deadline: float) -> Any:
+        if not answers:  # the query's deadline passes before its answer is read
+            answers.append(None)
+            return None
+        return real(self, deadline)
+
+    monkeypatch.setattr(sql_worker.Worker, "receive", late)
+    with pytest.raises(TimeoutError, match="its worker process killed"):
+        run_query(db, "SELECT 2")
+    assert (workers.running, workers.idle) == (0, [])
+    monkeypatch.setattr(sql_worker.Worker, "receive", real)
+    with pytest.raises(TimeoutError) as stopped:
+        run_query(db, "SELECT sum(a.range * b.range) FROM range(100000) a, range(100000) b", 1)
+    # Stopped by its interrupt within the grace: kept (on a loaded machine it may answer
+    # later, and is killed: either way the message says which).
+    kept = str(stopped.value).endswith("interrupted")
+    assert (workers.running, len(workers.idle)) == ((1, 1) if kept else (0, 0))
+
+
+def test_duckdb_workers_answer_in_a_process_with_many_files_open() -> None:
+    """select() refuses a descriptor past 1023: in an application holding a thousand files
+    or sockets, every DuckDB query failed."""
+    pytest.importorskip("duckdb")
+    from patronus_tasks.evaluators.sql import Database, run_query
+
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.dup(0))
+        assert run_query(Database("CREATE TABLE t (x INT);", "duckdb"), "SELECT 41 + 1") == [(42,)]
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_sql_from_a_chat_models_answer_fences_comments_and_plain_errors() -> None:
     """Chat models wrap SQL in ```sql fences and comment it: the query is what is judged;
     sqlglot's terminal underlining stays out of the explanation."""

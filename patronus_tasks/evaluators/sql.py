@@ -20,7 +20,13 @@ from patronus_tasks.evaluators.base import (
     reads,
     verdict,
 )
-from patronus_tasks.evaluators.sql_bounds import MAX_BYTES, MAX_ROWS, Limits, ResultTooLarge
+from patronus_tasks.evaluators.sql_bounds import (
+    MAX_BYTES,
+    MAX_ROWS,
+    Limits,
+    ResultTooLarge,
+    SandboxUnavailable,
+)
 from patronus_tasks.evaluators.sql_sandbox import Connect, Database, execute, run_query
 from patronus_tasks.exceptions import ConfigError, DatasetError
 
@@ -190,6 +196,8 @@ class SqlResultMatch(Check):
         try:
             got = execute(self.options["database"], sql_text(evaluated_model_output),
                           self.options["limits"], self.options["dialect"])[0]
+        except (SandboxUnavailable, ConfigError):  # it never ran: the evaluator's error
+            raise
         except Exception as exc:  # the database's or the sandbox's word: the query is wrong, a finding
             return verdict(False, f"the query failed: {type(exc).__name__}: {cut(str(exc), 300)}")
         rows = _Rows(self.options["float_tolerance"])
@@ -221,6 +229,8 @@ class SqlResultMatch(Check):
             try:
                 rows, size = execute(self.options["database"], gold, self.options["limits"],
                                      self.options["dialect"])
+            except (SandboxUnavailable, ConfigError):  # not the gold query's fault
+                raise
             except Exception as exc:
                 fix = ("raise max_rows=/max_bytes= or fix" if isinstance(exc, ResultTooLarge)
                        else "fix")

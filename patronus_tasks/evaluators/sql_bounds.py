@@ -29,6 +29,11 @@ class ResultTooLarge(Exception):
     """The result went past ``max_rows`` or ``max_bytes`` (or the engine's memory)."""
 
 
+class SandboxUnavailable(Exception):
+    """The sandbox could not run the query at all (no worker free in time, none started,
+    the connection factory failed): the evaluator's error, not a finding on the query."""
+
+
 @dataclass(frozen=True)
 class Limits:
     timeout: float = 10.0

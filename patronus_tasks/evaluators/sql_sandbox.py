@@ -46,6 +46,7 @@ from patronus_tasks.evaluators.sql_bounds import (
     Limits,
     QueryRefused,
     ResultTooLarge,
+    SandboxUnavailable,
     collect,
     within,
 )
@@ -108,7 +109,7 @@ class Database:
         """A sandboxed connection, the list in which SQLite's authorizer says what it
         denied, and what to call once done (True: the connection may serve again)."""
         if self.kind == "factory":
-            conn, refused = self.source(), list[str]()
+            conn, refused = self._connect(), list[str]()
             try:
                 _sandbox_connection(conn, limits, refused)
             except BaseException:
@@ -116,6 +117,15 @@ class Database:
                 raise
             return conn, refused, lambda _again: conn.close()
         return self.local().take(limits)
+
+    def _connect(self) -> Any:
+        """The factory's connection; its failure is the sandbox's (the database down),
+        never the query's."""
+        try:
+            return self.source()
+        except Exception as exc:
+            raise SandboxUnavailable(f"{self.described}: the connection factory failed: "
+                                     f"{type(exc).__name__}: {cut(str(exc), 300)}") from exc
 
     def local(self) -> _Local:
         """This process's side of the database (made again when its file changed)."""
@@ -241,7 +251,7 @@ def _sandbox_connection(conn: Any, limits: Limits, refused: list[str]) -> None:
         locked, external = conn.execute("SELECT current_setting('lock_configuration'), "
                                         "current_setting('enable_external_access')").fetchone()
         if locked and external:
-            raise QueryRefused("the factory's DuckDB connection has its configuration locked with "
+            raise SandboxUnavailable("the factory's DuckDB connection has its configuration locked with "
                                "external access on: the sandbox cannot turn it off")
         if not locked:  # for its whole database instance: lock_configuration is global
             conn.execute("SET enable_external_access = false; SET autoload_known_extensions = false; "

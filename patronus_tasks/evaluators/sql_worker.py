@@ -29,7 +29,7 @@ import zoneinfo
 from dataclasses import dataclass
 from typing import Any
 
-from patronus_tasks.evaluators.sql_bounds import Limits, QueryRefused, ResultTooLarge
+from patronus_tasks.evaluators.sql_bounds import Limits, QueryRefused, ResultTooLarge, SandboxUnavailable
 from patronus_tasks.evaluators.sql_child import receive, send
 from patronus_tasks.exceptions import ConfigError
 
@@ -37,7 +37,9 @@ GRACE = 0.25  # seconds an interrupted query has to answer before its worker is 
 _START_WAIT = 60.0  # a worker that is not ready by then (a machine swapping) failed to start
 _FLOOR = 3 << 29  # 1.5 GiB: DuckDB alone reserves ~0.7 GB of address space once connected
 _OVERHEAD = 1 << 30  # what a worker needs outside DuckDB's memory_limit: its code, Python, reservations
-_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "SYSTEMROOT")  # no key reaches a worker
+#: What a worker inherits (no key reaches one); TZ: DuckDB's time zone is the process's,
+#: so a query's timestamps with time zone read as they would here.
+_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TZ")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class Worker:
             ready = self.receive(time.monotonic() + _START_WAIT)
         except Died:
             ready = ("error", "Died", f"exit code {self.proc.poll()}")
+        except BaseException:  # an answer that is not one: the process is not left behind
+            self.kill()
+            raise
         if ready is None or ready[0] != "ready":
             self.kill()
             said = f"{ready[1]}: {ready[2]}" if ready else f"not ready in {_START_WAIT:g} s"
@@ -108,7 +113,9 @@ class Worker:
     def receive(self, deadline: float) -> tuple[Any, ...] | None:
         """The worker's answer; None if none came by ``deadline``."""
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        poll = select.poll()  # select() refuses a descriptor past 1023: a process with many files
+        poll.register(fd, select.POLLIN)
+        if not poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
             return None
         try:
             body = receive(fd)
@@ -149,7 +156,10 @@ class Workers:
             answer = worker.receive(deadline)
             if answer is None:
                 worker.interrupt()
-                keep = worker.receive(time.monotonic() + GRACE) is not None
+                late = worker.receive(time.monotonic() + GRACE)
+                # Kept only when the signal is spent: a result that raced it leaves it
+                # pending, to interrupt the worker's next query.
+                keep = late is not None and late[1] == "InterruptException"
                 raise TimeoutError(f"ran past its {limits.timeout:g} s (timeout=), "
                                    + ("interrupted" if keep else "its worker process killed"))
             keep = True
@@ -164,8 +174,10 @@ class Workers:
         with self.cond:
             while not self.idle and self.running >= self.setup.workers:
                 if not self.cond.wait(deadline - time.monotonic()):
-                    raise TimeoutError(f"waited past its timeout for one of the {self.setup.workers} "
-                                       "DuckDB workers of this database (PATRONUS_TASKS_SQL_WORKERS)")
+                    raise SandboxUnavailable(
+                        f"waited past its timeout for one of the {self.setup.workers} DuckDB "
+                        "workers of this database: the query never ran (raise "
+                        "PATRONUS_TASKS_SQL_WORKERS, or run fewer rows at once)")
             if self.idle:
                 return self.idle.pop(), 0.0
             self.running += 1
