@@ -68,7 +68,7 @@ def test_artifacts_keep_a_history_per_series(prefect_server: str, results_dir: P
 
 def test_a_history_table_that_is_not_json_reads_as_no_rows() -> None:
     # Read before this run's artifacts are posted: a broken one must not stop them.
-    from patronus_tasks.prefect.ui.artifacts import read_table
+    from patronus_tasks.prefect.ui.asking import read_table
 
     assert read_table('[{"started": "2026-11-27", "verdict": "Same"}') == []
     assert read_table('[{"started": "2026-11-27", "verdict": "Same"}]') == [

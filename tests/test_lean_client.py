@@ -226,7 +226,9 @@ import atexit, os, sys
 if "patronus_tasks.prefect.recorder" in " ".join(sys.orig_argv):
     def said() -> None:
         with open(os.environ["SEEN_IMPORTS"], "w") as out:
-            out.write(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "prefect")))
+            loaded = {m.split(".")[0] for m in sys.modules}
+            out.write(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "prefect")) + "|"
+                      + " ".join(sorted(loaded & {"pandas", "pyarrow", "numpy", "matplotlib"})))
     atexit.register(said)
 """
 
@@ -252,7 +254,9 @@ print(json.dumps({"recorded": exp.wait_recorded(120), "flow_run_id": exp.manifes
 def test_the_recorder_process_records_without_importing_prefect(
         prefect_server: str, tmp_path: Path) -> None:
     """An experiment, its task runs, artifacts and final state, recorded by a process
-    that never loaded Prefect (its environment gives the API's URL)."""
+    that never loaded Prefect (its environment gives the API's URL), nor pandas, pyarrow
+    or matplotlib: the experiment's process computed the post-run (charts included), the
+    recorder only asked the server and posted what it made."""
     (tmp_path / "sees").mkdir()
     (tmp_path / "sees" / "sitecustomize.py").write_text(_SEES_IMPORTS)
     seen = tmp_path / "seen.txt"
@@ -263,16 +267,57 @@ def test_the_recorder_process_records_without_importing_prefect(
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
     out = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert out["recorded"] and seen.read_text() == "", seen.read_text()[:300]
+    assert seen.exists(), ran.stderr[-3000:]
+    assert out["recorded"] and seen.read_text() == "|", seen.read_text()[:300]
     api = httpx.Client(base_url=prefect_server, timeout=30)
     run = api.get(f"/flow_runs/{out['flow_run_id']}").json()
     assert run["state_type"] == "COMPLETED" and "Results: " in run["state"]["message"]
     task_runs = api.post("/task_runs/filter", json={
         "flow_runs": {"id": {"any_": [out["flow_run_id"]]}}}).json()
     assert len(task_runs) == 6 and {r["state_type"] for r in task_runs} == {"COMPLETED"}
-    kinds = {a["type"] for a in api.post("/artifacts/filter", json={
-        "artifacts": {"flow_run_id": {"any_": [out["flow_run_id"]]}}}).json()}
-    assert kinds == {"table", "markdown", "progress"}
+    made = api.post("/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [out["flow_run_id"]]}}}).json()
+    assert {a["type"] for a in made} == {"table", "markdown", "progress"}
+    assert {a["key"] for a in made} >= {"lean-summary", "lean-report", "lean-results",
+                                        "lean-vs-previous", "lean-history", "lean-charts",
+                                        "lean-baseline"}, sorted(a["key"] for a in made)
+    charts = next(a for a in made if a["key"] == "lean-charts")["data"]
+    assert charts.count("](data:image/png;base64,") >= 2
+
+
+_DIES_COMPUTING = _EXPERIMENT.replace("import json\n", """import json, os, time
+from patronus_tasks.prefect.ui import artifacts
+
+def dies(*args, **kwargs):
+    time.sleep(1.0)  # the writes made before this one reach the recorder, which applies them
+    os._exit(3)
+
+artifacts.publish_history = dies
+""")
+
+
+def test_a_post_run_whose_process_dies_computing_it_is_finished_once_by_the_recorder(
+        prefect_server: str, tmp_path: Path) -> None:
+    """The experiment's process computes the post-run and dies midway (after its first
+    artifacts were applied): the recorder computes it again and applies what was not
+    made yet. Every artifact once, the final state set."""
+    env = {k: v for k, v in os.environ.items() if k.upper() not in CLIENT_SETTINGS}
+    env.update(PREFECT_API_URL=prefect_server, PYTHONPATH=str(ROOT))
+    ran = subprocess.run([sys.executable, "-c", _DIES_COMPUTING.replace('"lean"', '"dies"')],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 3, ran.stderr[-3000:]
+    api = httpx.Client(base_url=prefect_server, timeout=30)
+    body = {"flow_runs": {"tags": {"all_": ["project:dies"]}}}
+    deadline = time.monotonic() + 120
+    while (runs := api.post("/flow_runs/filter", json=body).json()) and \
+            runs[0]["state_type"] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(runs) == 1 and runs[0]["state_type"] == "COMPLETED", runs
+    made = api.post("/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [runs[0]["id"]]}}}).json()
+    keys = sorted(a["key"] for a in made if a["type"] != "progress")
+    assert keys == ["dies-baseline", "dies-charts", "dies-history", "dies-report",
+                    "dies-results", "dies-summary", "dies-vs-previous"], keys
 
 
 def test_a_server_that_just_answered_is_asked_for_its_health_all_the_same(clean_env: Path) -> None:

@@ -382,7 +382,7 @@ def test_a_series_is_found_by_its_escaped_name_and_by_its_name_from_before() -> 
     """The results link's description names its series (escaped now): the next run of the
     series finds it, a link written before this escaping too, another series' not."""
     from patronus_tasks.prefect.ui.artifacts import results_description
-    from patronus_tasks.prefect.ui.series import _of_series
+    from patronus_tasks.prefect.ui.asking import _of_series
 
     series = "flow/*nightly* <b>/proj_"
     for said in (results_description("p/x", series), f"p/x: Parquet results (series {series})"):

@@ -4,18 +4,25 @@ To the recorder process (`recording`, `ToRecorder`): ``("open", Opening)`` once 
 experiment, then ``("calls", [(key, CallItem), ...], {key: rows done})``, then
 ``("close", Closing)``; ``("stop",)`` when the experiment's process stops waiting for it.
 Back (`recorder.main`, `FromRecorder`): ``("flow_run", key, (id, url, series))``,
-``("progress", key, Progress)``, ``("verdict", key, VerdictNote)`` (the gates that failed
-are its ``failures``; an empty list when there is no verdict) and
-``("done", key, Progress)``. Pickled frames (`channel`): these types are the contract.
+``("progress", key, Progress)``, ``("verdict", key, note)`` (the `VerdictNote` pickled,
+or the gates that failed when there is none: an empty list when there is no verdict)
+and ``("done", key, Progress)``.
+
+The post-run between them: the recorder asks the server what it needs and says
+``("postrun", key, (Asked, parent flow run id))`` (a sweep's variant learns its
+parent's there); the experiment's process computes it and answers each change
+to make as ``("write", key, Write)``, then ``("computed", key, Verdict)`` (or the error's
+text). Pickled frames (`channel`): these types are the contract.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from patronus_tasks.prefect.states import RunState
 from patronus_tasks.run.modes import RecordMode
 
 if TYPE_CHECKING:
@@ -32,15 +39,20 @@ CallItem: TypeAlias = (tuple[Literal["running"], "Call", int]
 #: What the rows' side queues for the writer thread: an experiment opened, a call's item
 #: (by experiment key), an experiment closed, or stop.
 Outgoing: TypeAlias = (tuple[Literal["o"], "Opening"] | tuple[Literal["i"], str, CallItem]
-                       | tuple[Literal["c"], "Closing"] | tuple[Literal["stop"]])
+                       | tuple[Literal["c"], "Closing"] | tuple[Literal["stop"]]
+                       | tuple[Literal["write"], str, "Write"]
+                       | tuple[Literal["computed"], str, "Verdict | str"])
 ToRecorder: TypeAlias = (tuple[Literal["open"], "Opening"]
                          | tuple[Literal["calls"], list[tuple[str, CallItem]], dict[str, int]]
-                         | tuple[Literal["close"], "Closing"] | tuple[Literal["stop"]])
+                         | tuple[Literal["close"], "Closing"] | tuple[Literal["stop"]]
+                         | tuple[Literal["write"], str, "Write"]
+                         | tuple[Literal["computed"], str, "Verdict | str"])
 #: The flow run made: its id, its URL in the UI, the series it is compared in.
 FlowRunMade: TypeAlias = tuple[str, str | None, str]
 FromRecorder: TypeAlias = (tuple[Literal["flow_run"], str, FlowRunMade]
                            | tuple[Literal["progress", "done"], str, "Progress"]
-                           | tuple[Literal["verdict"], str, "VerdictNote | list[str]"])
+                           | tuple[Literal["verdict"], str, "bytes | list[str]"]
+                           | tuple[Literal["postrun"], str, tuple["Asked", str | None]])
 
 @dataclass(frozen=True)
 class ParentRun:
@@ -94,8 +106,19 @@ class Closing:
     fail_on_regression: bool = False
     calls: int = 0  # calls made, recorded or not
     why: str | None = None  # what interrupted it
-    rule: Rule | None = None  # when it is worse than the previous run, and what that fails
+    #: When it is worse than the previous run, and what that fails (`given_rule`).
+    rule: InitVar[Rule | None] = None
     sweep: SweepEnd | None = None  # a sweep's end: what its flow run shows
+    #: The rule, pickled: the recorder process reads a closing without loading the
+    #: results' modules (~0.5 s of pandas), which only computing the post-run needs.
+    rule_pickled: bytes | None = field(default=None, init=False)
+
+    def __post_init__(self, rule: Rule | None) -> None:
+        if rule is not None:
+            object.__setattr__(self, "rule_pickled", pickle.dumps(rule))
+
+    def given_rule(self) -> Rule | None:
+        return pickle.loads(self.rule_pickled) if self.rule_pickled is not None else None
 
 
 #: Where a sweep's Markdown links into the Prefect UI: the recorder process, which has
@@ -128,3 +151,68 @@ class Progress:
     logs_dropped: int = 0
     ended: bool = False  # nothing more will be recorded
     notes: list[str] = field(default_factory=list)  # what the user should know (rate limits)
+
+
+# -- the post-run (`ui.postrun`): asked by the recorder, computed by the experiment's
+# process, applied by the recorder -------------------------------------------------
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """Where the series' previous run keeps its results, and its flow run."""
+
+    location: str
+    flow_run_id: str | None
+
+
+@dataclass(frozen=True)
+class Found(PreviousRun):
+    """A series' baseline (`find`): where its results are, its flow run, how it became
+    the baseline (``accepted``, ``first run``, ``pinned``), its name if known."""
+
+    how: str = "first run"
+    name: str | None = None
+    recorded: bool = True  # kept as the series' baseline (a series from before: not yet)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The server's answers the post-run needs, asked before this run is published."""
+
+    previous: PreviousRun | None = None
+    found: Found | None = None
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # the history, as left
+
+
+@dataclass(frozen=True)
+class Write:
+    """One change: an artifact of a flow run (``kind``, ``data``, ``key``,
+    ``description``), tags put first among a flow run's (``data``: the tags), or log
+    lines (``data``: Prefect's log dicts, each naming its flow run)."""
+
+    what: Literal["artifact", "tags", "logs"]
+    flow_run_id: str | None = None
+    data: Any = None
+    kind: str = "markdown"
+    key: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class Verdict:
+    """What the experiment's flow run ends with: its state, the lines it logs, the gates
+    that failed (those checked here, ``fail_on_regression``, included) and the verdict
+    against the previous run (`results.verdict`, pickled: the recorder process passes it
+    on to the experiment's process without loading it)."""
+
+    state: RunState
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    note: bytes | None = None
+
+    @classmethod
+    def of(cls, state: RunState, lines: list[tuple[int, str]], failures: list[str],
+           note: VerdictNote) -> Verdict:
+        return cls(state, lines, failures, pickle.dumps(note))
+
+    def verdict_note(self) -> VerdictNote | None:
+        return pickle.loads(self.note) if self.note is not None else None

@@ -5,7 +5,8 @@ with the experiment process's Prefect settings. It reads `protocol` messages on 
 and answers on its original stdout (anything printed goes to stderr). Per experiment
 (`Session`): it creates the flow run, records the calls through a `TaskRunRecorder`,
 moves the progress artifact, and once the rows are done publishes the artifacts and the
-comparison, waits for the task runs, and sets the final state. At the end of stdin
+comparison (computed by the experiment's process: `postrun`), waits for the task runs,
+and sets the final state. At the end of stdin
 (the experiment's process is gone) it finishes what it was handed, marking an
 experiment whose rows were not done Crashed, and exits; ``stop`` ends it at once.
 """
@@ -22,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
@@ -42,12 +43,13 @@ from patronus_tasks.prefect.recorder.channel import read_frame, write_frame
 from patronus_tasks.prefect.recorder.taskruns import MAX_BUFFERED_BYTES, Limits, TaskRunRecorder
 from patronus_tasks.prefect.server import hook as server_hook
 from patronus_tasks.prefect.states import cancelled, completed, crashed
+from patronus_tasks.prefect.ui import asking
 from patronus_tasks.prefect.ui.progress import ProgressArtifact
+from patronus_tasks.prefect.ui.writes import Verdict, Write, apply
 from patronus_tasks.run import background as _background
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.internal import ApiClient
-    from patronus_tasks.prefect.ui import postrun
 
 logger = logging.getLogger("patronus_tasks.records")
 _PROGRESS_EVERY = 1.0  # seconds between moves of the progress artifact
@@ -102,11 +104,14 @@ class Service:
                 self.sessions[key].rows_done = rows
         elif message[0] == "close":
             self.sessions[message[1].key].end(message[1])
+        elif message[0] in ("write", "computed"):
+            self.sessions[message[1]].computed.put_nowait(message[2])
 
     def orphaned(self) -> None:
         """The experiment's process is gone: end what it left running."""
         self.orphan = True
         for session in list(self.sessions.values()):
+            session.computed.put_nowait(None)  # a post-run it was computing: done here
             if session.closing is None:
                 session.end(Closing(session.o.key, "interrupted", why=_ORPHANED))
 
@@ -132,6 +137,8 @@ class Session:
         self.closing: Closing | None = None
         self.finished = threading.Event()
         self._opened: asyncio.Task[None] | None = None
+        #: What the experiment's process computed of the post-run (`_postrun`); None: gone.
+        self.computed: asyncio.Queue[Write | Verdict | str | None] = asyncio.Queue()
 
     async def opened(self) -> None:
         """Once its flow run is made (or could not be)."""
@@ -224,19 +231,18 @@ class Session:
             self.service.tell(("done", self.o.key, progress))
             self.finished.set()
 
-    async def _verdict(self, client: ApiClient, closing: Closing) -> postrun.Verdict:
+    async def _verdict(self, client: ApiClient, closing: Closing) -> Verdict:
         """The final state: Cancelled or Crashed when the rows did not finish, else the
         verdict on the published results (told at once: a gate may be waiting for it)."""
-        postrun = await _postrun()
         if closing.status == "interrupted":
             kind = crashed if closing.why == _ORPHANED else cancelled
-            return postrun.Verdict(kind(f"interrupted: {closing.why}"))
-        verdict = postrun.Verdict(completed("the figures could not be published"))
-        assert self.flow_run_id is not None
+            return Verdict(kind(f"interrupted: {closing.why}"))
+        verdict = Verdict(completed("the figures could not be published"))
         async with self.service.publishing:  # the next run of a series compares with this one
             try:
                 await _until_answering(client)
-                verdict = await postrun.publish(self._publishing(client), closing)
+                asked = await asking.ask(self.series, client, self.o.baseline)
+                verdict = await self._postrun(client, closing, asked)
             except Exception as exc:
                 logger.error("could not publish the results of %s on Prefect: %s", self.o.title,
                              " ".join(str(exc).split())[:300])
@@ -244,15 +250,28 @@ class Session:
         self.service.tell(("verdict", self.o.key, said))
         return verdict
 
-    def _publishing(self, client: ApiClient) -> postrun.Publishing:
-        from patronus_tasks.prefect.ui import artifacts as _artifacts
-        from patronus_tasks.prefect.ui import postrun
-
+    async def _postrun(self, client: ApiClient, closing: Closing, asked: asking.Asked) -> Verdict:
+        """The post-run computed by the experiment's process, which has the results'
+        modules loaded (this process would load them: ~1.4 s of CPU, measured, the end of
+        a small run), each change applied here as it comes; computed here when that process
+        is gone (what it had applied is not made again)."""
+        applied = 0
+        parent = self.o.parent.flow_run_id if self.o.parent else None
+        self.service.tell(("postrun", self.o.key, (asked, parent)))
+        while not self.service.orphan and (item := await self.computed.get()) is not None:
+            if isinstance(item, str):  # its computing failed: said as this process's error
+                raise RuntimeError(item)
+            if isinstance(item, Verdict):
+                return item
+            await apply(client, item)
+            applied += 1
+        postrun = await _postrun_module()
         assert self.flow_run_id is not None
-        return postrun.Publishing.of(
-            self.o, _artifacts.Target(client, self.flow_run_id, self.o.key), self.series)
+        plan = postrun.Plan.of(self.o, self.flow_run_id, self.series)
+        return await postrun.applying(
+            client, lambda emit: postrun.compute(plan, closing, asked, _after(applied, emit)))
 
-    async def _settle(self, client: ApiClient, closing: Closing, verdict: postrun.Verdict) -> None:
+    async def _settle(self, client: ApiClient, closing: Closing, verdict: Verdict) -> None:
         assert self.flow_run_id is not None and self.recorder is not None
         lines = list(verdict.lines)
         if self.o.record == "failures":
@@ -332,30 +351,28 @@ def _say_built_in_server() -> None:
         print(f"patronus-tasks: {note}", file=sys.stderr, flush=True)
 
 
-#: What the post-run needs (pandas, pyarrow, the report; matplotlib for its charts, loaded
-#: at the first one drawn): 1.5-3.5 s of imports, measured, on a machine under load 10.
-_POSTRUN_MODULES = ("patronus_tasks.prefect.ui.postrun", "matplotlib.figure",
-                    "matplotlib.backends.backend_agg")
+#: What computing a post-run here needs (pandas, pyarrow, the report, matplotlib: 1.5-3.5
+#: s of imports, measured under load 10): loaded only when the experiment's process,
+#: which computes it otherwise, is gone.
+_POSTRUN_MODULE = "patronus_tasks.prefect.ui.postrun"
 
 
-async def _postrun() -> ModuleType:
-    """The post-run module, once loaded (`_preload`: a thread importing the same module
-    first is waited for)."""
-    return await asyncio.to_thread(importlib.import_module, _POSTRUN_MODULES[0])
+async def _postrun_module() -> ModuleType:
+    """The post-run module, loaded in a thread (the loop goes on posting meanwhile)."""
+    return await asyncio.to_thread(importlib.import_module, _POSTRUN_MODULE)
 
 
-#: The garbage collector's thresholds while the post-run's modules load: Python's (700
-#: allocations) ran ~1,400 young and a dozen full passes over their ~1M new objects, 7-10%
-#: of their ~1.1 s of CPU (measured), all of it on a small run's way to its end.
+#: The garbage collector's thresholds while Prefect's client loads: Python's (700
+#: allocations) ran ~1,400 young and a dozen full passes over ~1M new objects of the
+#: post-run's modules, 7-10% of their ~1.1 s of CPU (measured).
 _LOADING_GC = (50_000, 20, 100)
 
 
 def _preload(names: tuple[str, ...]) -> None:
-    """Load the post-run's modules in a thread from the process's start, while it makes
-    the flow run and posts the first calls (I/O, mostly: they lose a few ms to the
-    import's hold on the GIL). When the rows were done first, as a small experiment's
-    are, these imports were the end of its post-run, and of its process. The collector
-    runs less often meanwhile, then as before, what they made left out of its passes."""
+    """Load modules in a thread from the process's start, while it makes the flow run and
+    posts the first calls (I/O, mostly: they lose a few ms to the import's hold on the
+    GIL). The collector runs less often meanwhile, then as before, what they made left
+    out of its passes."""
     before = gc.get_threshold()
     gc.set_threshold(*_LOADING_GC)
 
@@ -364,12 +381,24 @@ def _preload(names: tuple[str, ...]) -> None:
             for name in names:
                 importlib.import_module(name)
         except Exception as exc:  # said again, if it matters, where it is used
-            logger.warning("could not load %s ahead of the post-run: %s", name, exc)
+            logger.warning("could not load %s ahead of its use: %s", name, exc)
         finally:
             gc.freeze()  # modules live as long as the process: never collected
             gc.set_threshold(*before)
 
     threading.Thread(target=load, name="patronus-tasks-preload", daemon=True).start()
+
+
+def _after(applied: int, emit: Callable[[Write], None]) -> Callable[[Write], None]:
+    """``emit`` past the first ``applied`` writes (the post-run makes them in one order)."""
+    seen = [0]
+
+    def emit_rest(write: Write) -> None:
+        seen[0] += 1
+        if seen[0] > applied:
+            emit(write)
+
+    return emit_rest
 
 
 def _progress_of(recorder: TaskRunRecorder | None) -> Progress:
@@ -419,7 +448,8 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() of any library goes to stderr, not into the channel
     service = Service(answers)
-    _preload(_POSTRUN_MODULES if lean else (_PREFECT_CLIENT, *_POSTRUN_MODULES))
+    if not lean:
+        _preload((_PREFECT_CLIENT,))
     loop = _background.loop()
     source = sys.stdin.buffer
     while True:

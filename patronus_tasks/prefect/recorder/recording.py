@@ -21,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
+import importlib
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -50,6 +53,8 @@ from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.run import background as _background
 
 if TYPE_CHECKING:
+    from patronus_tasks.prefect.ui.asking import Asked
+    from patronus_tasks.prefect.ui.writes import Verdict
     from patronus_tasks.run.loop import RunTotals
 
 logger = logging.getLogger("patronus_tasks.records")
@@ -81,6 +86,7 @@ class Recording:
         self.verdict_note: VerdictNote | None = None  # the verdict, as Prefect shows it
         self._verdict_said = threading.Event()
         self._done = threading.Event()
+        self.closing: Closing | None = None
 
     # -- the rows' side (the experiment's event loop) ------------------------------------
 
@@ -105,8 +111,31 @@ class Recording:
             await asyncio.sleep(0.05)
 
     def close(self, closing: Closing) -> None:
-        """The rows are done (or interrupted): the recorder process takes it from here."""
+        """The rows are done (or interrupted): the recorder process takes it from here,
+        asking this process to compute the post-run (`compute`), whose modules start
+        loading now, while it asks the server what the post-run needs."""
+        self.closing = closing
         self.process.send(("c", closing))
+        if closing.status == "completed" and closing.sweep is None:
+            threading.Thread(target=_load_postrun, name="patronus-tasks-postrun-load",
+                             daemon=True).start()
+
+    def compute(self, asked: Asked, parent: str | None) -> None:
+        """The post-run, computed here (a thread): this process has the results' modules
+        loaded, the recorder process would load them. Each change it makes goes to the
+        recorder process as made, which applies it; then the verdict, or the error."""
+        try:
+            from patronus_tasks.prefect.ui import postrun
+
+            assert self.closing is not None and self.flow_run_id is not None
+            plan = dataclasses.replace(postrun.Plan.of(self.opening, self.flow_run_id,
+                                                       self.series or self.opening.project),
+                                       parent=parent)  # a sweep's is known there only
+            verdict: Verdict | str = postrun.compute(
+                plan, self.closing, asked, lambda write: self.process.send(("write", self.key, write)))
+        except Exception as exc:
+            verdict = f"{type(exc).__name__}: {exc}"
+        self.process.send(("computed", self.key, verdict))
 
     # -- what the recorder process says ----------------------------------------------------
 
@@ -134,10 +163,15 @@ class Recording:
         """A message of the recorder process about this recording."""
         if message[0] == "flow_run":
             self.flow_run_id, self.flow_run_url, self.series = message[2]
+        elif message[0] == "postrun":
+            threading.Thread(target=self.compute, args=message[2], daemon=True,
+                             name="patronus-tasks-postrun").start()
+            return
         elif message[0] == "verdict":
             said = message[2]
-            self.verdict_note = said if isinstance(said, VerdictNote) else None
-            self.verdict = list(said.failures if isinstance(said, VerdictNote) else said)
+            note: VerdictNote | None = pickle.loads(said) if isinstance(said, bytes) else None
+            self.verdict_note = note
+            self.verdict = list(note.failures) if note is not None else list(said)  # type: ignore[arg-type]
             self._noted()
             self._verdict_said.set()
             return
@@ -290,6 +324,14 @@ class RecorderProcess:
     def idle(self) -> bool:
         return all(r.done for r in self.recordings.values())
 
+
+
+def _load_postrun() -> None:
+    """The post-run's modules (the charts' matplotlib), loaded ahead of its computing."""
+    with contextlib.suppress(Exception):  # said where it is computed, if it matters
+        for name in ("patronus_tasks.prefect.ui.postrun", "matplotlib.figure",
+                     "matplotlib.backends.backend_agg"):
+            importlib.import_module(name)
 
 
 def _send(stdin: IO[bytes], message: ToRecorder) -> None:

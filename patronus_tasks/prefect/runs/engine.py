@@ -9,6 +9,7 @@ does for the default path (`postrun`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from prefect.logging import get_run_logger
@@ -23,7 +24,6 @@ from patronus_tasks.prefect.runs import flow as _runs
 from patronus_tasks.prefect.runs.opening import opening
 from patronus_tasks.prefect.runs.taskrunner import OnTaskRunner
 from patronus_tasks.prefect.ui import postrun
-from patronus_tasks.prefect.ui.artifacts import Target
 from patronus_tasks.record.manifest_file import note_verdict
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.run.spec import ExperimentSpec
@@ -90,13 +90,14 @@ class EngineKeeper:
                           calls, rule=self.spec.rule)
         async with get_client() as client:
             series = await flowruns.series_of(client, o.project, o.series, o.parent)
-            target = Target(client, self.flow_run_id, self.flow_run_id)
-            verdict = await postrun.publish(postrun.Publishing.of(o, target, series), closing)
+            plan = dataclasses.replace(postrun.Plan.of(o, self.flow_run_id, series),
+                                       run_key=self.flow_run_id)
+            verdict = await postrun.publish(plan, closing, client)
         log = get_run_logger()
         for level, line in verdict.lines:
             log.log(level, "%s", line)
-        if verdict.note is not None:  # what `verdict_state` reads, as on the default path
-            note_verdict(self.spec.out_dir, verdict.note)
+        if (note := verdict.verdict_note()) is not None:  # what `verdict_state` reads, as on the default path
+            note_verdict(self.spec.out_dir, note)
         self.state = verdict.state.to_prefect()
         return verdict.failures
 

@@ -7,32 +7,31 @@ carries its headline figures, so the history reads as the nightly figures.
 
 from __future__ import annotations
 
-import json
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.events import namespace_of, task_run_id
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.display import NOT_PASSED_TAG
 from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.prefect.ui.writes import Write
 from patronus_tasks.record.location import Location, link_target
 from patronus_tasks.record.records import STATUS_ERROR
 from patronus_tasks.report.cells import fitted, markdown_table, num, pct
-from patronus_tasks.report.markdown import Markdown, code, inert, label, link, plain, text
+from patronus_tasks.report.markdown import Markdown, code, inert, label, link, text
 from patronus_tasks.results import agreement as _agreement
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, EvaluatorStats, Summary, metric_text
 from patronus_tasks.results.usage import shown_usage, usage_rows
 
 if TYPE_CHECKING:
-    from patronus_tasks.prefect.internal import ApiClient
+    pass
 
 FAILURES_SHOWN = 10
 
@@ -249,78 +248,63 @@ def table_artifact(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: inert(v) for k, v in r.items()} for r in rows]
 
 
-def read_table(data: Any) -> list[dict[str, Any]]:
-    """A table artifact's rows, as they were given to `table_artifact`; none from a table
-    that is not one (edited by hand, or cut): the series' history then starts anew, and
-    the run's own artifacts are still published (it is read before them)."""
-    try:
-        rows = json.loads(data) if isinstance(data, str) else data
-    except ValueError:
-        return []
-    if not isinstance(rows, list):
-        return []
-    return [{k: plain(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]
-
-
 @dataclass(frozen=True)
 class Target:
-    """Where an experiment's artifacts go: its flow run, through ``client``; ``run_key``
-    gives its calls' task-run ids (`events.task_run_id`)."""
+    """Where an experiment's artifacts go: its flow run; ``run_key`` gives its calls'
+    task-run ids (`events.task_run_id`). What is published is handed to ``emit`` as a
+    `writes.Write`, in order: applied on the server where the client is (`writes.apply`)."""
 
-    client: ApiClient
     flow_run_id: str
     run_key: str
+    emit: Callable[[Write], None]
 
     def ids(self, names: Iterable[str]) -> dict[str, str]:
         """The task-run ids of the calls named ``names`` (links to them)."""
         namespace = namespace_of(self.run_key)
         return {name: task_run_id(namespace, name) for name in names}
 
-    async def create(self, kind: str, data: Any, key: str, description: str) -> str:
-        """An artifact of this flow run (`made.create`)."""
-        return await made.create(self.client, kind, data, self.flow_run_id, key=key,
-                                 description=description)
+    def create(self, kind: str, data: Any, key: str | None, description: str,
+               flow_run_id: str | None = None) -> None:
+        """An artifact of this flow run (or of ``flow_run_id``)."""
+        self.emit(Write("artifact", flow_run_id or self.flow_run_id, data, kind, key, description))
+
+    def tag(self, flow_run_id: str, tags: list[str]) -> None:
+        """``tags`` first among the flow run's (`flowruns.add_tags`)."""
+        self.emit(Write("tags", flow_run_id, list(tags)))
+
+    def log(self, logs: list[dict[str, Any]]) -> None:
+        """Log lines (Prefect's log dicts, each naming its flow run)."""
+        self.emit(Write("logs", None, logs))
 
 
-async def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
-                  location: Path | Location, target: Target,
+def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
+            location: Path | Location, target: Target,
                   experiment: Experiment | None = None) -> None:
     """Create the table, markdown and link artifacts of a finished experiment."""
     figures = description(title, summary.headline())
     # The table as wide as the UI's box: what it cannot hold is in the -report (the count
     # of results, each step's calls, tokens and cost).
     table = fitted(summary_rows(summary), ("results", "tokens in / out", "calls", "cost USD"))
-    await target.create("table", made.table_data(table_artifact(table)),
+    target.create("table", made.table_data(table_artifact(table)),
                         artifact_key(series, "summary"), figures)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
-    await target.create("markdown", markdown, artifact_key(series, "report"), figures)
+    target.create("markdown", markdown, artifact_key(series, "report"), figures)
     url, shown = results_link(location)
-    await target.create("markdown", made.link_data(url, label(shown)),
+    target.create("markdown", made.link_data(url, label(shown)),
                         artifact_key(series, "results"), results_description(title, series))
 
 
-async def publish_comparison(series: str, title: str, markdown: str, headline: str,
-                             target: Target) -> None:
+def publish_comparison(series: str, title: str, markdown: str, headline: str,
+                       target: Target) -> None:
     """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
     ``headline`` in its description, the history of the key)."""
-    await target.create("markdown", markdown, artifact_key(series, "vs-previous"),
+    target.create("markdown", markdown, artifact_key(series, "vs-previous"),
                         description(title, headline))
 
 
 #: Runs the ``<series>-history`` table keeps, newest first.
 HISTORY_ROWS = 60
-#: Columns of the history's rows from before, now said otherwise ("33.3% worse", the
-#: verdict): kept, they made the table wider than the UI shows.
-_HISTORY_BEFORE = frozenset({"regressed", "rows", "task errors", "evaluator errors"})
-
-
-async def earlier_history(series: str, client: ApiClient) -> list[dict[str, Any]]:
-    """The rows of ``<series>-history`` as the series' previous run left them (ask before
-    publishing this run's)."""
-    found = await internal.latest_artifacts(client, artifact_key(series, "history"), 1)
-    return [{k: v for k, v in r.items() if k not in _HISTORY_BEFORE}
-            for r in (read_table(found[0].get("data")) if found else [])]
 
 
 def history_table(row: dict[str, Any], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -331,13 +315,13 @@ def history_table(row: dict[str, Any], earlier: list[dict[str, Any]]) -> list[di
     return fitted([{c: r.get(c, "") for c in columns} for r in rows], ("metrics", "cost USD"))
 
 
-async def publish_history(series: str, table: list[dict[str, Any]], target: Target) -> None:
+def publish_history(series: str, table: list[dict[str, Any]], target: Target) -> None:
     """``<series>-history`` (`history_table`): the last runs of the series, one row each,
     newest first.
 
     The UI lists an artifact key's versions by id only: this one table is where a
     series' figures read night after night (the previous version's rows, plus this run).
     """
-    await target.create("table", made.table_data(table_artifact(table)),
+    target.create("table", made.table_data(table_artifact(table)),
                         artifact_key(series, "history"),
                         description(series, f"the last {len(table)} runs, newest first"))

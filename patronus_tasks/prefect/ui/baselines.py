@@ -20,29 +20,16 @@ from typing import TYPE_CHECKING
 
 from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.artifacts import Target, results_link
+from patronus_tasks.prefect.ui.asking import Found
 from patronus_tasks.prefect.ui.keys import artifact_key
-from patronus_tasks.prefect.ui.series import Found, experiment_at, series_link
+from patronus_tasks.prefect.ui.series import experiment_at
+from patronus_tasks.prefect.ui.writes import Write, apply
 from patronus_tasks.report.markdown import label, text
 from patronus_tasks.results.compare import run_label
 from patronus_tasks.results.experiment import Experiment
 
 if TYPE_CHECKING:
     from patronus_tasks.prefect.internal import ApiClient
-
-
-async def find(series: str, client: ApiClient, pinned: str | None = None) -> Found | None:
-    """The run ``series`` is judged against: ``pinned`` (a run's results link, given in
-    code), else its baseline (accepted, or its first run; None: it has no run yet)."""
-    if pinned is not None:
-        return Found(pinned, None, "pinned")
-    kept = await series_link(series, "baseline", client)
-    if kept is not None:
-        run, said = kept
-        how = "accepted" if ": accepted " in said else "first run"
-        return Found(run.location, run.flow_run_id, how)
-    first = await series_link(series, "results", client, oldest=True)  # from before baselines
-    return None if first is None else Found(first[0].location, first[0].flow_run_id,
-                                            "first run", recorded=False)
 
 
 def description(series: str, name: str, how: str) -> str:
@@ -52,25 +39,30 @@ def description(series: str, name: str, how: str) -> str:
     return f"{text(name)}: {how} {when} (series {text(series)})"
 
 
-async def record(series: str, experiment: Experiment, client: ApiClient,
-                 flow_run_id: str | None, how: str = "accepted") -> str:
-    """Make ``experiment`` its series' baseline (a new version of ``<series>-baseline`` on
-    ``flow_run_id``, the flow run that accepts it or the series' first run); say so."""
+def baseline_write(series: str, experiment: Experiment, flow_run_id: str | None,
+                   how: str = "accepted") -> Write:
+    """``experiment`` as its series' baseline: a new version of ``<series>-baseline`` on
+    ``flow_run_id`` (the flow run that accepts it, or the series' first run)."""
     target, _ = results_link(experiment.results_path)
     name = run_label(experiment)
-    await made.create(client, "markdown", made.link_data(target, label(name)), flow_run_id,
-                      key=artifact_key(series, "baseline"),
-                      description=description(series, name, how))
-    return (f"{series}: the baseline is now {name} (results {experiment.results_path}); the "
-            "next runs are judged against it")
+    return Write("artifact", flow_run_id, made.link_data(target, label(name)), "markdown",
+                 artifact_key(series, "baseline"), description(series, name, how))
 
 
-async def record_first(series: str, found: Found | None, experiment: Experiment,
-                       target: Target) -> None:
+async def record(series: str, experiment: Experiment, client: ApiClient,
+                 flow_run_id: str | None, how: str = "accepted") -> str:
+    """Make ``experiment`` its series' baseline (`baseline_write`); say so."""
+    await apply(client, baseline_write(series, experiment, flow_run_id, how))
+    return (f"{series}: the baseline is now {run_label(experiment)} (results "
+            f"{experiment.results_path}); the next runs are judged against it")
+
+
+def record_first(series: str, found: Found | None, experiment: Experiment,
+                 target: Target) -> None:
     """The series' first run as its baseline, once: this run when it is the first, or
     the first one found of a series from before baselines."""
     if found is not None and (found.recorded or found.how == "pinned"):
         return
     first = experiment if found is None else experiment_at(found.location, experiment)
-    await record(series, first, target.client, target.flow_run_id if found is None else
-                 found.flow_run_id, "first run")
+    target.emit(baseline_write(series, first, target.flow_run_id if found is None else
+                               found.flow_run_id, "first run"))

@@ -15,15 +15,11 @@ import base64
 import datetime as dt
 import logging
 import socket
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patronus_tasks.prefect import internal
-from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.ui import links as _links
-from patronus_tasks.prefect.ui import made
 from patronus_tasks.prefect.ui.artifacts import (
     Target,
     artifact_key,
@@ -42,7 +38,7 @@ from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 from patronus_tasks.results.verdict import calling_tags
 
 if TYPE_CHECKING:
-    from patronus_tasks.prefect.internal import ApiClient
+    pass
 
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
@@ -147,8 +143,8 @@ def _level(line: str, note: VerdictNote) -> int:
     return logging.WARNING if worse else logging.INFO
 
 
-async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
-                            client: ApiClient) -> None:
+def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown: str | None,
+                      target: Target) -> None:
     """The experiment on the parent flow run: an artifact (its Artifacts tab), its tags,
     and log lines (its Logs tab, where a deployment's run opens: the figures, each
     evaluator against the previous run, the verdict), posted last before that run ends."""
@@ -158,10 +154,9 @@ async def publish_to_parent(parent: str, title: str, note: VerdictNote, markdown
     logs = [{"name": "patronus_tasks", "level": _level(line, note), "message": f"{title}: {line}",
              "timestamp": now, "flow_run_id": parent, "task_run_id": None} for line in said]
     if markdown is not None:
-        await made.create(client, "markdown", markdown, parent,
-                          description=description(title, note.message))
-    await add_tags(client, parent, calling_tags(note))
-    await internal.post_logs(client, logs)
+        target.create("markdown", markdown, None, description(title, note.message), parent)
+    target.tag(parent, calling_tags(note))
+    target.log(logs)
 
 
 @dataclass(frozen=True)
@@ -196,14 +191,13 @@ def draw_run(title: str, experiment: Experiment, summary: Summary, comparison: C
         return None
 
 
-async def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
-                         target: Target, drawing: Awaitable[Drawn | None]) -> str | None:
-    """Publish ``<series>-charts`` once ``drawing`` (`draw_run`) is done; return what the
-    parent flow run shows of the run (None: the charts could not be drawn)."""
-    drawn = await drawing
+def publish_charts(series: str, title: str, experiment: Experiment, summary: Summary,
+                   target: Target, drawn: Drawn | None) -> str | None:
+    """Publish ``<series>-charts`` (``drawn``: `draw_run`'s); return what the parent flow
+    run shows of the run (None: the charts could not be drawn)."""
     if drawn is None:
         return None
-    await target.create("markdown", drawn.markdown, artifact_key(series, "charts"),
-                        description(title, summary.headline()))
+    target.create("markdown", drawn.markdown, artifact_key(series, "charts"),
+                  description(title, summary.headline()))
     return parent_markdown(title, experiment, summary, drawn.charts["rates"], drawn.report,
                            target.flow_run_id)

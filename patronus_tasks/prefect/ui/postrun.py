@@ -1,24 +1,31 @@
 """After an experiment's rows: its artifacts, the comparison with its series' previous
 run, and the verdict its flow run ends with, top to bottom.
 
-Runs where the records are kept (the recorder process, or the flow of Dask batches),
-after the results are written: nothing here is in front of the results.
+In three parts, after the results are written (nothing here is in front of them): the
+server asked (`asking`), the post-run computed (`compute`: CPU, no client) and its
+changes applied (`writes`). On the default path the recorder process asks and applies
+and the experiment's process computes; a Dask run's flow, or a recorder whose
+experiment's process is gone, does all three (`publish`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
-from patronus_tasks.prefect.flowruns import add_tags
 from patronus_tasks.prefect.protocol import Closing, Opening
-from patronus_tasks.prefect.states import RunState, completed, failed
+from patronus_tasks.prefect.states import completed, failed
 from patronus_tasks.prefect.ui import artifacts as _artifacts
 from patronus_tasks.prefect.ui import baselines as _baselines
 from patronus_tasks.prefect.ui import series as _series
+from patronus_tasks.prefect.ui.artifacts import Target
+from patronus_tasks.prefect.ui.asking import Asked, ask
 from patronus_tasks.prefect.ui.charts import draw_run, publish_charts, publish_to_parent
+from patronus_tasks.prefect.ui.writes import Verdict, Write, apply
 from patronus_tasks.record.location import Location
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.results.experiment import Experiment
@@ -27,68 +34,92 @@ from patronus_tasks.results.verdict import Rule, judge, rule_of
 if TYPE_CHECKING:
     import pandas as pd
 
+    from patronus_tasks.prefect.internal import ApiClient
     from patronus_tasks.results.summary import Summary
 
-
-@dataclass
-class Verdict:
-    """What the experiment's flow run ends with: its state, the lines it logs, the gates
-    that failed (those checked here, ``fail_on_regression``, included) and the verdict
-    against the previous run (`results.verdict`), which the experiment's process keeps."""
-
-    state: RunState
-    lines: list[tuple[int, str]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    note: VerdictNote | None = None
+__all__ = ["Plan", "Verdict", "applying", "compute", "publish"]
 
 
 @dataclass(frozen=True)
-class Publishing:
-    """An experiment to publish: where (`artifacts.Target`), under which series and title,
-    its results, its parent flow run (a deployment's), whether to write its HTML report."""
+class Plan:
+    """An experiment to publish: its flow run (``run_key`` gives its calls' task-run
+    ids), series and title, its results, its parent flow run (a deployment's), whether to
+    write its HTML report, a run pinned in code to judge against (its results' link)."""
 
-    target: _artifacts.Target
+    flow_run_id: str
+    run_key: str
     series: str
     title: str
     out_dir: Location
     parent: str | None = None
     html_report: bool = True
-    baseline: str | None = None  # a run pinned in code to judge against (its results' link)
+    baseline: str | None = None
 
     @classmethod
-    def of(cls, opening: Opening, target: _artifacts.Target, series: str) -> Publishing:
-        """The experiment that ``opening`` opened, to publish at ``target`` in ``series``."""
+    def of(cls, opening: Opening, flow_run_id: str, series: str) -> Plan:
+        """The experiment that ``opening`` opened, as flow run ``flow_run_id`` of ``series``."""
         parent = opening.parent.flow_run_id if opening.parent else None
-        return cls(target, series, opening.title, opening.out_dir, parent, opening.html_report,
-                   opening.baseline)
+        return cls(flow_run_id, opening.key, series, opening.title, opening.out_dir, parent,
+                   opening.html_report, opening.baseline)
 
 
-async def publish(p: Publishing, closing: Closing) -> Verdict:
-    """Top to bottom: the series' previous run and baseline (asked before this run is
-    published), the results read and set against them, the verdict (a gate that failed,
-    ``closing.gate_failures`` or a regression, fails it), the artifacts, the comparison,
-    the history and the charts published; the verdict said on this flow run (tags) and on
-    its parent (tags, figures)."""
-    run = await _against_previous(p, closing)
+async def publish(plan: Plan, closing: Closing, client: ApiClient) -> Verdict:
+    """All of it in this process (a Dask run's flow; the recorder process when the
+    experiment's process is gone): the series asked, then `compute` in a thread while what
+    it makes is applied on the server."""
+    asked = await ask(plan.series, client, plan.baseline)
+    return await applying(client, partial(compute, plan, closing, asked))
+
+
+async def applying(client: ApiClient, work: Callable[[Callable[[Write], None]], Verdict]) -> Verdict:
+    """Run ``work`` in a thread, applying each `Write` it emits as it comes (the CPU of
+    the next ones overlaps the posting of the first); its verdict."""
+    loop = asyncio.get_running_loop()
+    made: asyncio.Queue[Write | None] = asyncio.Queue()
+
+    def emit(write: Write) -> None:
+        loop.call_soon_threadsafe(made.put_nowait, write)
+
+    def run() -> Verdict:
+        try:
+            return work(emit)
+        finally:
+            loop.call_soon_threadsafe(made.put_nowait, None)
+
+    computing = asyncio.ensure_future(asyncio.to_thread(run))
+    try:
+        while (write := await made.get()) is not None:
+            await apply(client, write)
+    except BaseException:
+        computing.add_done_callback(lambda done: done.exception())  # its error is not ours to say
+        raise
+    return await computing
+
+
+def compute(plan: Plan, closing: Closing, asked: Asked, emit: Callable[[Write], None]) -> Verdict:
+    """Top to bottom, CPU work (a thread of the experiment's process, which has the
+    results' modules loaded): the results read and set against the series' previous run
+    and baseline (``asked`` before this run was published), the verdict (a gate that
+    failed, ``closing.gate_failures`` or a regression, fails it), the artifacts, the
+    comparison, the history and the charts, each handed to ``emit`` as made; the verdict
+    said on this flow run (tags) and on its parent (tags, figures)."""
+    target = Target(plan.flow_run_id, plan.run_key, emit)
+    run = _against_previous(plan, closing, asked, target)
     note = judge(run.summary, run.seen.comparison, run.rule, closing.gate_failures, run.seen.baseline)
     history = _artifacts.history_table(_series.history_row(run.experiment, run.summary, note),
-                                       run.earlier)
-    # Drawn while the artifacts before them are posted: matplotlib's ~1 s (more on a
-    # loaded machine) was the end of every small run, after all of them.
-    drawing = asyncio.ensure_future(asyncio.to_thread(
-        draw_run, p.title, run.experiment, run.summary, run.seen.comparison, p.html_report,
-        history, note))
-    await _artifacts.publish(p.series, p.title, run.summary, run.df, run.experiment.results_path,
-                             p.target, run.experiment)
-    await _artifacts.publish_comparison(p.series, p.title, run.seen.markdown, run.seen.headline,
-                                        p.target)
-    await _baselines.record_first(p.series, run.found, run.experiment, p.target)
-    await _artifacts.publish_history(p.series, history, p.target)
-    parent_md = await publish_charts(p.series, p.title, run.experiment, run.summary, p.target,
-                                     drawing)
-    await add_tags(p.target.client, p.target.flow_run_id, note.tags)
-    if p.parent is not None:
-        await publish_to_parent(p.parent, p.title, note, parent_md, p.target.client)
+                                       asked.earlier)
+    _artifacts.publish(plan.series, plan.title, run.summary, run.df, run.experiment.results_path,
+                       target, run.experiment)
+    _artifacts.publish_comparison(plan.series, plan.title, run.seen.markdown, run.seen.headline,
+                                  target)
+    _baselines.record_first(plan.series, asked.found, run.experiment, target)
+    _artifacts.publish_history(plan.series, history, target)
+    drawn = draw_run(plan.title, run.experiment, run.summary, run.seen.comparison,
+                     plan.html_report, history, note)
+    parent_md = publish_charts(plan.series, plan.title, run.experiment, run.summary, target, drawn)
+    target.tag(plan.flow_run_id, note.tags)
+    if plan.parent is not None:
+        publish_to_parent(plan.parent, plan.title, note, parent_md, target)
     return _verdict(run.experiment, note)
 
 
@@ -101,27 +132,14 @@ class _Run:
     summary: Summary
     rule: Rule
     seen: _series.InSeries
-    found: _series.Found | None
-    earlier: list[dict[str, Any]]  # the series' history as its previous run left it
 
 
-async def _against_previous(p: Publishing, closing: Closing) -> _Run:
-    """The results read and compared in threads: the server is asked for the previous run
-    and the baseline and the series' history meanwhile, and the recorder's poster, on this
-    loop, is not held up."""
-    asking = asyncio.gather(_series.previous_run(p.series, p.target.client),
-                            _baselines.find(p.series, p.target.client, p.baseline),
-                            _artifacts.earlier_history(p.series, p.target.client))
-    try:
-        experiment, df, summary = await asyncio.to_thread(_read, p.out_dir)
-    except BaseException:
-        asking.cancel()
-        raise
-    previous, found, earlier = await asking
-    rule = closing.rule or rule_of(None, closing.fail_on_regression)
-    seen = await asyncio.to_thread(_series.in_series, p.title, previous, experiment, summary,
-                                   p.target.ids, rule, found)
-    return _Run(experiment, df, summary, rule, seen, found, earlier)
+def _against_previous(plan: Plan, closing: Closing, asked: Asked, target: Target) -> _Run:
+    experiment, df, summary = _read(plan.out_dir)
+    rule = closing.given_rule() or rule_of(None, closing.fail_on_regression)
+    seen = _series.in_series(plan.title, asked.previous, experiment, summary, target.ids, rule,
+                             asked.found)
+    return _Run(experiment, df, summary, rule, seen)
 
 
 def _read(out_dir: Location) -> tuple[Experiment, pd.DataFrame, Summary]:
@@ -141,6 +159,6 @@ def _verdict(experiment: Experiment, note: VerdictNote) -> Verdict:
     # lists Prefect's names only), so a run in a state named "Regressed" would vanish from
     # its deployment's page. The verdict leads the message and is in the tags.
     if not note.failures:
-        return Verdict(completed(message), lines, note=note)
+        return Verdict.of(completed(message), lines, [], note)
     lines += [(logging.ERROR, f"quality gate failed: {f}") for f in note.failures]
-    return Verdict(failed(message), lines, note.failures, note)
+    return Verdict.of(failed(message), lines, list(note.failures), note)

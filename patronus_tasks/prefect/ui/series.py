@@ -9,14 +9,12 @@ and with the series' baseline (`baselines`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from patronus_tasks.prefect import internal
 from patronus_tasks.prefect.ui import links as _links
-from patronus_tasks.prefect.ui.keys import artifact_key
+from patronus_tasks.prefect.ui.asking import Found, PreviousRun
 from patronus_tasks.record.manifest import VerdictNote
 from patronus_tasks.report.cells import markdown_table, num, pct
 from patronus_tasks.report.markdown import code, link, text
@@ -26,68 +24,10 @@ from patronus_tasks.results.summary import Summary
 from patronus_tasks.results.verdict import ALPHA, Baseline, NotCompared, Rule, said
 
 if TYPE_CHECKING:
-    from patronus_tasks.prefect.internal import ApiClient
+    pass
 
 logger = logging.getLogger("patronus_tasks")
 ROWS_SHOWN = 20
-
-
-@dataclass(frozen=True)
-class PreviousRun:
-    """Where the series' previous run keeps its results, and its flow run."""
-
-    location: str
-    flow_run_id: str | None
-
-
-@dataclass(frozen=True)
-class Found(PreviousRun):
-    """A series' baseline (`baselines.find`): where its results are, its flow run, how it
-    became the baseline (``accepted``, ``first run``, ``pinned``), its name if known."""
-
-    how: str = "first run"
-    name: str | None = None
-    recorded: bool = True  # kept as the series' baseline (a series from before: not yet)
-
-
-#: Latest results links of a key read to find the series' own (keys are short: two
-#: series may share one).
-LINKS_READ = 20
-
-
-def _of_series(artifact: dict[str, Any], series: str) -> bool:
-    said = re.search(r"\(series (.*)\)$", artifact.get("description") or "")
-    # A link from before says no series, or says it unescaped.
-    return said is None or said.group(1) in (text(series), series)
-
-
-async def series_link(series: str, kind: str, client: ApiClient,
-                      oldest: bool = False) -> tuple[PreviousRun, str] | None:
-    """The latest (or ``oldest``: every version read, newest first, a page at a time) of
-    the series' ``kind`` link artifact: where it points and its flow run, its description."""
-    key = artifact_key(series, kind)
-    mine: list[dict[str, Any]] = []
-    size, read = (200 if oldest else LINKS_READ), 0  # Prefect sorts them newest first only
-    while True:
-        found = await internal.latest_artifacts(client, key, size, offset=read)
-        mine, read = mine + [a for a in found if _of_series(a, series)], read + len(found)
-        if not oldest or len(found) < size:
-            break
-    if not mine:
-        return None
-    chosen = mine[-1] if oldest else mine[0]
-    # The target after the last "](": the link's text may hold one.
-    data, flow_run_id = chosen.get("data"), chosen.get("flow_run_id")
-    written = re.search(r".*\]\((.*)\)$", str(data or ""))
-    target = written.group(1) if written else str(data)
-    run = str(flow_run_id) if flow_run_id else None
-    return PreviousRun(target, run), str(chosen.get("description") or "")
-
-
-async def previous_run(series: str, client: ApiClient) -> PreviousRun | None:
-    """The latest results link of ``series`` (ask before publishing this run's)."""
-    found = await series_link(series, "results", client)
-    return found[0] if found is not None else None
 
 
 def experiment_at(results_url: str, this: Experiment) -> Experiment:
