@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from patronus_tasks.prefect import client_settings
 from patronus_tasks.prefect.client_settings import ClientSettings
@@ -83,6 +84,12 @@ def ui_url() -> str | None:
     from prefect.settings import get_current_settings
 
     return get_current_settings().ui_url
+
+
+def ui_path() -> str:
+    """The UI's path on its host: empty for a self-hosted server, Prefect Cloud's account
+    and workspace otherwise."""
+    return urlparse(ui_url() or "").path.rstrip("/")
 
 
 def refused(exc: BaseException) -> bool:

@@ -9,8 +9,9 @@ or the gates that failed when there is none: an empty list when there is no verd
 and ``("done", key, Progress)``.
 
 The post-run between them: the recorder asks the server what it needs and says
-``("postrun", key, (Asked, parent flow run id))`` (a sweep's variant learns its
-parent's there); the experiment's process computes it and answers each change
+``("postrun", key, (Asked, parent flow run id, the UI's path))`` (a sweep's variant
+learns its parent's there; the UI's path, read from Prefect's settings, would load
+Prefect in the experiment's process); the experiment's process computes it and answers each change
 to make as ``("write", key, Write)``, then ``("computed", key, Verdict)`` (or the error's
 text). Pickled frames (`channel`): these types are the contract.
 """
@@ -52,7 +53,7 @@ FlowRunMade: TypeAlias = tuple[str, str | None, str]
 FromRecorder: TypeAlias = (tuple[Literal["flow_run"], str, FlowRunMade]
                            | tuple[Literal["progress", "done"], str, "Progress"]
                            | tuple[Literal["verdict"], str, "bytes | list[str]"]
-                           | tuple[Literal["postrun"], str, tuple["Asked", str | None]])
+                           | tuple[Literal["postrun"], str, tuple["Asked", str | None, str]])
 
 @dataclass(frozen=True)
 class ParentRun:

@@ -257,7 +257,7 @@ class Session:
         is gone (what it had applied is not made again)."""
         applied = 0
         parent = self.o.parent.flow_run_id if self.o.parent else None
-        self.service.tell(("postrun", self.o.key, (asked, parent)))
+        self.service.tell(("postrun", self.o.key, (asked, parent, clients.ui_path())))
         while not self.service.orphan and (item := await self.computed.get()) is not None:
             if isinstance(item, str):  # its computing failed: said as this process's error
                 raise RuntimeError(item)

@@ -120,19 +120,21 @@ class Recording:
             threading.Thread(target=_load_postrun, name="patronus-tasks-postrun-load",
                              daemon=True).start()
 
-    def compute(self, asked: Asked, parent: str | None) -> None:
+    def compute(self, asked: Asked, parent: str | None, ui_path: str) -> None:
         """The post-run, computed here (a thread): this process has the results' modules
         loaded, the recorder process would load them. Each change it makes goes to the
         recorder process as made, which applies it; then the verdict, or the error."""
         try:
-            from patronus_tasks.prefect.ui import postrun
+            from patronus_tasks.prefect.ui import links, postrun
 
             assert self.closing is not None and self.flow_run_id is not None
             plan = dataclasses.replace(postrun.Plan.of(self.opening, self.flow_run_id,
                                                        self.series or self.opening.project),
                                        parent=parent)  # a sweep's is known there only
-            verdict: Verdict | str = postrun.compute(
-                plan, self.closing, asked, lambda write: self.process.send(("write", self.key, write)))
+            with links.prefix_given(ui_path):
+                verdict: Verdict | str = postrun.compute(
+                    plan, self.closing, asked,
+                    lambda write: self.process.send(("write", self.key, write)))
         except Exception as exc:
             verdict = f"{type(exc).__name__}: {exc}"
         self.process.send(("computed", self.key, verdict))

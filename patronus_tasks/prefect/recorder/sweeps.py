@@ -14,7 +14,6 @@ import logging
 import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
 from patronus_tasks.prefect import clients, flowruns
 from patronus_tasks.prefect.protocol import UI_PREFIX, Closing, Opening, SweepEnd
@@ -51,12 +50,6 @@ async def with_parent(sessions: Mapping[str, Session], opening: Opening) -> Open
         parent, flow_run_id=session.flow_run_id))
 
 
-def _ui_prefix() -> str:
-    """The UI's path on its host (as `ui.links.ui_prefix`, which this process's imports
-    must not load: it reads results)."""
-    return urlparse(clients.ui_url() or "").path.rstrip("/")
-
-
 async def _children_done(sessions: Mapping[str, Session], keys: tuple[str, ...]) -> None:
     while any(not sessions[k].finished.is_set() for k in keys if k in sessions):
         await asyncio.sleep(_CHILDREN_EVERY)
@@ -75,7 +68,7 @@ async def end(session: Session, closing: Closing) -> None:
         state = (failed if done.failed else completed)(done.message)
     async with clients.get_client() as client:
         for key, markdown, description in done.artifacts:
-            await made.create(client, "markdown", markdown.replace(UI_PREFIX, _ui_prefix()),
+            await made.create(client, "markdown", markdown.replace(UI_PREFIX, clients.ui_path()),
                               flow_run_id, key=key, description=description)
         await flowruns.add_tags(client, flow_run_id, list(done.tags))
         level = logging.INFO if state.is_completed() else logging.ERROR
