@@ -654,6 +654,23 @@ def test_a_duckdb_worker_answering_after_its_interrupt_is_not_kept(
     assert (workers.running, len(workers.idle)) == ((1, 1) if kept else (0, 0))
 
 
+def test_an_idle_duckdb_worker_killed_from_outside_is_replaced_not_blamed() -> None:
+    """An idle worker ended between queries (the OOM killer, a cleanup of stray
+    processes): the next query goes to a fresh one, instead of failing as "past its
+    memory limit"."""
+    pytest.importorskip("duckdb")
+    from patronus_tasks.evaluators.sql import Database, run_query
+
+    db = Database("CREATE TABLE t (x INT);", "duckdb")
+    assert run_query(db, "SELECT 1") == [(1,)]
+    workers = db.local().workers
+    (idle,) = workers.idle
+    idle.proc.kill()
+    idle.proc.wait()
+    assert run_query(db, "SELECT 2") == [(2,)]
+    assert workers.running == 1 and workers.idle[0] is not idle
+
+
 def test_duckdb_workers_answer_in_a_process_with_many_files_open() -> None:
     """select() refuses a descriptor past 1023: in an application holding a thousand files
     or sockets, every DuckDB query failed."""

@@ -148,11 +148,11 @@ class Workers:
 
     def run(self, query: str, limits: Limits) -> tuple[list[tuple[Any, ...]], int]:
         start = time.monotonic()
-        worker, starting = self._take(start + limits.timeout)
+        worker, starting = self._asked((query, limits.max_rows, limits.max_bytes),
+                                       start + limits.timeout)
         deadline = start + starting + limits.timeout  # a worker's start is not the query's time
         keep = False
         try:
-            worker.ask((query, limits.max_rows, limits.max_bytes))
             answer = worker.receive(deadline)
             if answer is None:
                 worker.interrupt()
@@ -169,6 +169,25 @@ class Workers:
                                  f"past its memory limit, {self.setup.said}?") from None
         finally:
             self._give(worker, keep)
+
+    def _asked(self, request: tuple[Any, ...], deadline: float) -> tuple[Worker, float]:
+        """A worker that has ``request``, and the seconds its start took. An idle worker
+        that ended between queries (killed from outside) never got it: a fresh one does,
+        and the query is not blamed for it."""
+        worker, starting = self._take(deadline)
+        try:
+            worker.ask(request)
+            return worker, starting
+        except Died:
+            self._give(worker, False)
+        worker, more = self._take(deadline)
+        try:
+            worker.ask(request)
+        except Died:
+            self._give(worker, False)
+            raise SandboxUnavailable("its DuckDB worker ended before it was sent the query, "
+                                     "twice: the query never ran") from None
+        return worker, starting + more
 
     def _take(self, deadline: float) -> tuple[Worker, float]:
         with self.cond:
