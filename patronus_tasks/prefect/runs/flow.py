@@ -11,7 +11,7 @@ from prefect import tags as prefect_tags
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
-from patronus_tasks.prefect import internal
+from patronus_tasks.prefect import flowruns, internal
 from patronus_tasks.prefect.clients import get_client
 from patronus_tasks.prefect.internal import ApiClient
 from patronus_tasks.prefect.states import cancelled
@@ -49,8 +49,7 @@ async def run_as_flow(body: Callable[..., Awaitable[T]], *, flow_name: str, run_
 async def mark_cancelled(flow_run_id: str, why: str) -> None:
     """Force a flow run into Cancelled: it was interrupted, and can be resumed."""
     async with get_client() as client:
-        await internal.set_state(client, "flow_runs", flow_run_id,
-                                 cancelled(f"interrupted: {why}").body(flow_run_id=flow_run_id))
+        await flowruns.finish(client, flow_run_id, cancelled(f"interrupted: {why}"), None)
 
 
 async def count_task_runs(flow_run_id: str, client: ApiClient | None = None) -> int:
