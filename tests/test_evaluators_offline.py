@@ -636,10 +636,10 @@ def test_a_duckdb_worker_answering_after_its_interrupt_is_not_kept(
     answers: list[Any] = []
 
     def late(self: Any, deadline: float) -> Any:
-        if not answers:  # the query's deadline passes before its answer is read
-            answers.append(None)
+        if not answers:  # the answer came, but as the query's deadline passed
+            answers.append(real(self, deadline))
             return None
-        return real(self, deadline)
+        return answers.pop()  # read after the interrupt: a result, not the interrupt's error
 
     monkeypatch.setattr(sql_worker.Worker, "receive", late)
     with pytest.raises(TimeoutError, match="its worker process killed"):
