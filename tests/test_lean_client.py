@@ -230,6 +230,11 @@ if "patronus_tasks.prefect.recorder" in " ".join(sys.orig_argv):
             out.write(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "prefect")) + "|"
                       + " ".join(sorted(loaded & {"pandas", "pyarrow", "numpy", "matplotlib"})))
     atexit.register(said)
+else:  # the experiment's process: it computes the post-run, without Prefect either
+    def said_here() -> None:
+        with open(os.environ["SEEN_IMPORTS"] + ".experiment", "w") as out:
+            out.write(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "prefect")))
+    atexit.register(said_here)
 """
 
 _EXPERIMENT = """
@@ -269,6 +274,8 @@ def test_the_recorder_process_records_without_importing_prefect(
     out = json.loads(ran.stdout.strip().splitlines()[-1])
     assert seen.exists(), ran.stderr[-3000:]
     assert out["recorded"] and seen.read_text() == "|", seen.read_text()[:300]
+    experiment_side = Path(f"{seen}.experiment").read_text()
+    assert experiment_side == "", experiment_side[:300]  # the UI's path came from the recorder
     api = httpx.Client(base_url=prefect_server, timeout=30)
     run = api.get(f"/flow_runs/{out['flow_run_id']}").json()
     assert run["state_type"] == "COMPLETED" and "Results: " in run["state"]["message"]
