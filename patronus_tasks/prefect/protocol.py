@@ -167,7 +167,7 @@ class PreviousRun:
 
 @dataclass(frozen=True)
 class Found(PreviousRun):
-    """A series' baseline (`find`): where its results are, its flow run, how it became
+    """A series' baseline (`ui.asking.find`): where its results are, its flow run, how it became
     the baseline (``accepted``, ``first run``, ``pinned``), its name if known."""
 
     how: str = "first run"

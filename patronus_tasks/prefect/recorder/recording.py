@@ -173,7 +173,7 @@ class Recording:
             said = message[2]
             note: VerdictNote | None = pickle.loads(said) if isinstance(said, bytes) else None
             self.verdict_note = note
-            self.verdict = list(note.failures) if note is not None else list(said)  # type: ignore[arg-type]
+            self.verdict = list(note.failures if note is not None else said if isinstance(said, list) else [])
             self._noted()
             self._verdict_said.set()
             return

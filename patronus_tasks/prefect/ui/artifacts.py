@@ -286,13 +286,13 @@ def publish(series: str, title: str, summary: Summary, df: pd.DataFrame,
     # of results, each step's calls, tokens and cost).
     table = fitted(summary_rows(summary), ("results", "tokens in / out", "calls", "cost USD"))
     target.create("table", made.table_data(table_artifact(table)),
-                        artifact_key(series, "summary"), figures)
+                  artifact_key(series, "summary"), figures)
     markdown = report_markdown(title, summary, df, str(location), experiment,
                                target.ids(shown_task_runs(df)))
     target.create("markdown", markdown, artifact_key(series, "report"), figures)
     url, shown = results_link(location)
     target.create("markdown", made.link_data(url, label(shown)),
-                        artifact_key(series, "results"), results_description(title, series))
+                  artifact_key(series, "results"), results_description(title, series))
 
 
 def publish_comparison(series: str, title: str, markdown: str, headline: str,
@@ -300,7 +300,7 @@ def publish_comparison(series: str, title: str, markdown: str, headline: str,
     """``<series>-vs-previous``: the run against its series' previous one (``markdown``;
     ``headline`` in its description, the history of the key)."""
     target.create("markdown", markdown, artifact_key(series, "vs-previous"),
-                        description(title, headline))
+                  description(title, headline))
 
 
 #: Runs the ``<series>-history`` table keeps, newest first.
@@ -323,5 +323,5 @@ def publish_history(series: str, table: list[dict[str, Any]], target: Target) ->
     series' figures read night after night (the previous version's rows, plus this run).
     """
     target.create("table", made.table_data(table_artifact(table)),
-                        artifact_key(series, "history"),
-                        description(series, f"the last {len(table)} runs, newest first"))
+                  artifact_key(series, "history"),
+                  description(series, f"the last {len(table)} runs, newest first"))

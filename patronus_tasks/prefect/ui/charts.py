@@ -17,7 +17,7 @@ import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patronus_tasks.prefect.ui import links as _links
 from patronus_tasks.prefect.ui.artifacts import (
@@ -36,9 +36,6 @@ from patronus_tasks.results.compare import Comparison
 from patronus_tasks.results.experiment import Experiment
 from patronus_tasks.results.summary import SUMMARY_COLUMNS, Summary
 from patronus_tasks.results.verdict import calling_tags
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("patronus_tasks")
 #: `series.history_row` columns that are not an evaluator's figure.
